@@ -1,0 +1,1 @@
+"""rollwire: turn LLM-agent rollouts into trainable data."""

@@ -1,0 +1,194 @@
+"""Checks on every upstream reply, on ingest, before anything becomes a node.
+
+Pure functions over the parsed reply: ids and logprobs arrive on two channels joined by index,
+and equal length is not alignment, so every position is compared. A turn whose logprobs fail
+keeps its ids (they are context for later turns) and is masked; it never ships zero-filled
+logprobs that a trainer would read as p=1.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rollwire.capture.findings import Finding, fatal, info, warn
+from rollwire.capture.rollout import CaptureLevel, Turn, ids_array
+
+_TOKEN_ID_PREFIX = "token_id:"
+_FORCED_ALTERNATIVE = -9000.0  # vLLM shows grammar-masked alternatives at -9999.0
+
+
+@dataclass(frozen=True)
+class Ingested:
+    """The outcome of ingesting one reply: a turn, or no turn and the reason why."""
+
+    turn: Turn | None
+    findings: list[Finding]
+
+
+def _int_list(value: Any) -> list[int] | None:
+    if not isinstance(value, list):
+        return None
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+        return None
+    return value
+
+
+def check_logprobs(
+    sampled_ids: list[int], content: Any, node_id: str
+) -> tuple[np.ndarray | None, list[Finding]]:
+    """Per-position checks of ``choices[0].logprobs.content`` against the sampled ids.
+
+    Returns the logprobs (None when any check fails, so the turn is masked) and findings.
+    """
+    if content is None:
+        return None, [
+            warn("missing_logprobs", "the engine returned no logprobs: turn masked", node_id)
+        ]
+    if not isinstance(content, list):
+        msg = f"logprobs.content is {type(content).__name__}, not a list: turn masked"
+        return None, [warn("logprobs_malformed", msg, node_id)]
+    if len(content) != len(sampled_ids):
+        msg = (
+            f"{len(content)} logprob entries for {len(sampled_ids)} sampled ids: "
+            "turn masked (ids kept as context)"
+        )
+        return None, [warn("logprob_length_mismatch", msg, node_id)]
+    values = np.empty(len(content), dtype=np.float64)
+    forced = 0
+    for i, (entry, tid) in enumerate(zip(content, sampled_ids, strict=True)):
+        if not isinstance(entry, dict):
+            msg = f"logprob entry {i} is {entry!r}: turn's logprobs dropped, ids kept as context"
+            return None, [warn("null_logprob_entry", msg, node_id)]
+        token = entry.get("token")
+        if not (isinstance(token, str) and token.startswith(_TOKEN_ID_PREFIX)):
+            msg = (
+                f"logprob entry {i} names token {token!r}, not 'token_id:N', so it cannot be "
+                "checked against token_ids (serve vLLM with --return-tokens-as-token-ids): "
+                "turn masked"
+            )
+            return None, [warn("logprob_tokens_not_ids", msg, node_id)]
+        try:
+            entry_id = int(token[len(_TOKEN_ID_PREFIX) :])
+        except ValueError:
+            return None, [warn("logprob_id_unparsable", f"entry {i}: {token!r}", node_id)]
+        if entry_id != tid:
+            msg = (
+                f"position {i}: logprob entry is for token {entry_id}, token_ids[{i}] is {tid}: "
+                "ids and logprobs are misaligned; turn masked"
+            )
+            return None, [warn("logprob_id_mismatch", msg, node_id)]
+        lp = entry.get("logprob")
+        if (
+            isinstance(lp, bool)
+            or not isinstance(lp, int | float)
+            or not math.isfinite(lp)
+            or lp > 0
+        ):
+            msg = f"position {i}: logprob {lp!r} is not a finite number <= 0; turn masked"
+            return None, [warn("logprob_invalid", msg, node_id)]
+        values[i] = lp
+        if lp == 0.0:
+            alts = entry.get("top_logprobs") or []
+            others = [
+                a.get("logprob") for a in alts if isinstance(a, dict) and a.get("token") != token
+            ]
+            if others and all(
+                isinstance(o, int | float) and o <= _FORCED_ALTERNATIVE for o in others
+            ):
+                forced += 1
+    values.flags.writeable = False
+    findings: list[Finding] = []
+    if forced:
+        msg = (
+            f"{forced} of {len(sampled_ids)} tokens were forced by constrained decoding "
+            "(logprob 0.0, alternatives masked): they carry no policy information"
+        )
+        findings.append(info("constrained_positions", msg, node_id))
+    return values, findings
+
+
+def reply_message(choice: dict[str, Any]) -> dict[str, Any]:
+    """The assistant message of a choice, as the agent will send it back (compact)."""
+    message = choice.get("message") or {}
+    out: dict[str, Any] = {"role": message.get("role") or "assistant"}
+    out["content"] = message.get("content")
+    for key in ("tool_calls", "reasoning", "reasoning_content"):
+        if message.get(key):
+            out[key] = message[key]
+    return out
+
+
+def ingest_chat_reply(
+    node_id: str,
+    reply: Any,
+    *,
+    capture_level: CaptureLevel,
+    request_messages: list[dict[str, Any]] | None = None,
+    requested_params: dict[str, Any] | None = None,
+    applied_params: dict[str, Any] | None = None,
+    auxiliary: bool = False,
+    request_findings: list[Finding] | None = None,
+) -> Ingested:
+    """Turn one parsed chat-completions reply into a checked :class:`Turn` (or no turn)."""
+    if not isinstance(reply, dict):
+        return Ingested(
+            None, [warn("reply_not_object", f"upstream reply is {type(reply).__name__}")]
+        )
+    choices = reply.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        msg = "upstream answered 200 with no choices: not recorded as a turn"
+        return Ingested(None, [warn("no_choices", msg)])
+    choice = choices[0]
+    findings: list[Finding] = list(request_findings or [])
+    prompt_ids = _int_list(reply.get("prompt_token_ids"))
+    sampled_ids = _int_list(choice.get("token_ids"))
+    logprobs: np.ndarray | None = None
+    if capture_level is CaptureLevel.TOKENS:
+        if prompt_ids is None or sampled_ids is None:
+            missing = [
+                name
+                for name, v in (
+                    ("prompt_token_ids", prompt_ids),
+                    ("choices[0].token_ids", sampled_ids),
+                )
+                if v is None
+            ]
+            msg = (
+                f"the engine returned no {' or '.join(missing)} (is return_token_ids ignored?): "
+                "this turn cannot be trained on or linked"
+            )
+            findings.append(fatal("missing_token_ids", msg, node_id))
+        else:
+            lp_obj = choice.get("logprobs")
+            content = lp_obj.get("content") if isinstance(lp_obj, dict) else lp_obj
+            logprobs, lp_findings = check_logprobs(sampled_ids, content, node_id)
+            findings.extend(lp_findings)
+    finish = choice.get("finish_reason")
+    if finish == "length":
+        msg = "turn cut by the output cap (finish_reason=length): its tokens are real, its ending is not"
+        findings.append(warn("truncated_by_length", msg, node_id))
+    if auxiliary:
+        findings.append(
+            info("auxiliary_call", "marked auxiliary: context only, never a target", node_id)
+        )
+    usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else None
+    turn = Turn(
+        node_id=node_id,
+        prompt_ids=ids_array(prompt_ids) if capture_level is CaptureLevel.TOKENS else None,
+        sampled_ids=ids_array(sampled_ids) if capture_level is CaptureLevel.TOKENS else None,
+        sampled_logprobs=logprobs,
+        finish_reason=finish if isinstance(finish, str) else None,
+        model=reply.get("model") if isinstance(reply.get("model"), str) else None,
+        auxiliary=auxiliary,
+        requested_params=dict(requested_params or {}),
+        applied_params=dict(applied_params or {}),
+        findings=findings,
+        messages=request_messages if capture_level is CaptureLevel.TEXT else None,
+        reply=reply_message(choice),
+        usage=usage,
+    )
+    return Ingested(turn, [])
