@@ -199,19 +199,24 @@ class PrefixGraph:
         anchor_len = 0
         for length in range(n_p, 0, -1):
             key = int(hashes[length - 1])
-            if self._detect and anchor is None and length < n_p:
-                for cand in self._by_prompt.get(key, ()):
-                    if len(cand.prompt) == length and _prompt_prefix_of(cand, prompt):
-                        if _better(cand, length, anchor, anchor_len):
-                            anchor, anchor_len = cand, length
             best: Node | None = None
             for cand in self._by_seq.get(key, ()):
-                if cand.seq_len == length and _seq_prefix_of(cand, prompt):
+                # A parent's prompt is strictly shorter: same-prompt calls are siblings, never kin.
+                if (
+                    cand.seq_len == length
+                    and len(cand.prompt) < n_p
+                    and _seq_prefix_of(cand, prompt)
+                ):
                     if _better(cand, length, best, length):
                         best = cand
             if best is not None:
                 node.anchor = anchor
                 return best, length
+            if self._detect and anchor is None and length < n_p:
+                for cand in self._by_prompt.get(key, ()):
+                    if len(cand.prompt) == length and _prompt_prefix_of(cand, prompt):
+                        if _better(cand, length, anchor, anchor_len):
+                            anchor, anchor_len = cand, length
         node.anchor = anchor
         return None, 0
 
@@ -237,7 +242,11 @@ class PrefixGraph:
         ids = other.prompt
         cur = other.prefix_parent
         cur_len = cur.seq_len if cur is not None else 0
-        if _seq_prefix_of(node, ids, start=held_len) and _better(node, node.seq_len, cur, cur_len):
+        if (
+            len(node.prompt) < len(ids)
+            and _seq_prefix_of(node, ids, start=held_len)
+            and _better(node, node.seq_len, cur, cur_len)
+        ):
             self._set_prefix_parent(other, node)
             if other.anchor is not None and len(other.anchor.prompt) <= node.seq_len:
                 other.anchor = None

@@ -1,0 +1,3 @@
+from rollwire.server.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,400 @@
+"""The capture proxy: an OpenAI-spec front door that records every model call of a session.
+
+Data plane: ``/v1/chat/completions`` and ``/v1/models``; the caller's API key is its capture
+session id, and an unknown key is refused before anything is forwarded (no open relay).
+Control plane: ``/sessions`` (open, list, read, export, close), behind an admin key when set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from rollwire.capture.dialects import chat
+from rollwire.capture.findings import warn
+from rollwire.capture.ingest import ingest_chat_reply
+from rollwire.capture.rollout import CaptureLevel
+from rollwire.capture.session import CaptureSession, SessionStore
+from rollwire.capture.upstream import Upstream, UpstreamError
+
+log = logging.getLogger("rollwire.proxy")
+
+DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+AUX_HEADER = "x-rollwire-role"
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    """How the proxy reaches its engine and whom it serves."""
+
+    llm_url: str
+    model: str | None = None
+    api_key: str | None = None
+    admin_key: str | None = None
+    # Decided by certification, never by a flag; unknown means the weakest tier.
+    capture_level: CaptureLevel = CaptureLevel.TEXT
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    timeout_s: float = 600.0
+
+
+def json_response(data: Any, status: int = 200) -> Response:
+    """A JSON response serialised with orjson (pydantic models via model_dump)."""
+    if hasattr(data, "model_dump"):
+        data = data.model_dump(mode="json")
+    return Response(orjson.dumps(data), status_code=status, media_type="application/json")
+
+
+def _error(
+    status: int, message: str, *, type_: str, param: str | None = None, code: Any = None
+) -> Response:
+    return json_response(chat.error_body(message, type_=type_, param=param, code=code), status)
+
+
+def _bearer(request: Request) -> str | None:
+    auth = request.headers.get("authorization", "")
+    scheme, _, token = auth.partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return token.strip()
+    key = request.headers.get("x-api-key") or request.headers.get("api-key")
+    return key.strip() if key else None
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise _TooLarge
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _TooLarge
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class CaptureProxy:
+    """The proxy's state and handlers; ``app`` is the Starlette application."""
+
+    def __init__(
+        self,
+        config: ProxyConfig,
+        *,
+        sessions: SessionStore | None = None,
+        upstream: Upstream | None = None,
+    ) -> None:
+        self.config = config
+        self.sessions = sessions or SessionStore(config.capture_level)
+        self._upstream = upstream
+        self._owns_upstream = upstream is None
+        self._model: str | None = None
+        self.instance_id = secrets.token_hex(8)
+        self.app = Starlette(
+            routes=[
+                Route("/health", self.health, methods=["GET"]),
+                Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+                Route("/v1/models", self.models, methods=["GET"]),
+                Route("/sessions", self.open_session, methods=["POST"]),
+                Route("/sessions", self.list_sessions, methods=["GET"]),
+                Route("/sessions/{session_id}", self.get_session, methods=["GET"]),
+                Route("/sessions/{session_id}", self.close_session, methods=["DELETE"]),
+                Route("/sessions/{session_id}/rollout", self.get_rollout, methods=["GET"]),
+            ],
+            lifespan=self._lifespan,
+        )
+        self.app.state.proxy = self
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, _app: Starlette) -> AsyncIterator[None]:
+        if self._upstream is None:
+            self._upstream = Upstream(
+                self.config.llm_url, api_key=self.config.api_key, timeout_s=self.config.timeout_s
+            )
+        try:
+            yield
+        finally:
+            if self._owns_upstream and self._upstream is not None:
+                await self._upstream.aclose()
+                self._upstream = None
+
+    @property
+    def upstream(self) -> Upstream:
+        """The upstream client (exists while the app is running)."""
+        if self._upstream is None:
+            raise RuntimeError("the proxy app is not running (its lifespan has not started)")
+        return self._upstream
+
+    async def resolve_model(self) -> str:
+        """The served model name to substitute into every request (cached once known)."""
+        if self._model is not None:
+            return self._model
+        wanted = self.config.model
+        try:
+            served = await self.upstream.served_models()
+        except UpstreamError:
+            if wanted:  # some OpenAI-spec endpoints have no /models: trust the operator
+                self._model = wanted
+                return wanted
+            raise
+        if wanted:
+            if wanted not in served:
+                raise chat.RequestError(
+                    f"model {wanted!r} is not served by {self.upstream.base_url}; it serves {served}",
+                    param="model",
+                    status=502,
+                )
+            self._model = wanted
+        elif len(served) == 1:
+            self._model = served[0]
+        else:
+            raise chat.RequestError(
+                f"{self.upstream.base_url} serves {len(served)} models {served}: start the proxy with --model",
+                param="model",
+                status=502,
+            )
+        return self._model
+
+    # ---- data plane -------------------------------------------------------------------------
+
+    def _session_or_401(self, request: Request) -> CaptureSession | Response:
+        session = self.sessions.get(_bearer(request))
+        if session is None:
+            return _error(
+                401,
+                "unknown or missing capture session key: pass the session id from POST /sessions as the API key",
+                type_="authentication_error",
+                code="invalid_api_key",
+            )
+        return session
+
+    async def models(self, request: Request) -> Response:
+        """``GET /v1/models``: the one model this proxy serves."""
+        session = self._session_or_401(request)
+        if isinstance(session, Response):
+            return session
+        try:
+            model = await self.resolve_model()
+        except chat.RequestError as exc:
+            return _error(exc.status, exc.message, type_="upstream_error", param=exc.param)
+        except UpstreamError as exc:
+            return _error(502, exc.message, type_="upstream_error")
+        return json_response(
+            {
+                "object": "list",
+                "data": [{"id": model, "object": "model", "created": 0, "owned_by": "rollwire"}],
+            }
+        )
+
+    async def chat_completions(self, request: Request) -> Response:
+        """``POST /v1/chat/completions``: forward, capture, replay."""
+        session = self._session_or_401(request)
+        if isinstance(session, Response):
+            return session
+        ctype = request.headers.get("content-type", "")
+        if ctype and "json" not in ctype.lower():
+            return _error(
+                415,
+                f"content-type must be application/json, got {ctype!r}",
+                type_="invalid_request_error",
+            )
+        try:
+            raw = await _read_body(request, self.config.max_body_bytes)
+        except _TooLarge:
+            limit = self.config.max_body_bytes
+            return _error(
+                413, f"request body is larger than {limit} bytes", type_="invalid_request_error"
+            )
+        try:
+            body = chat.validate_request(orjson.loads(raw))
+        except orjson.JSONDecodeError as exc:
+            return _error(
+                400, f"request body is not valid JSON: {exc}", type_="invalid_request_error"
+            )
+        except chat.RequestError as exc:
+            return _error(exc.status, exc.message, type_="invalid_request_error", param=exc.param)
+        node_id = session.begin_call()
+        if node_id is None:
+            msg = f"session {session.session_id} reached max_model_calls={session.max_model_calls}"
+            session.record(warn("max_model_calls", msg), error=True)
+            return _error(429, msg, type_="rate_limit_error", code="max_model_calls")
+        try:
+            model = await self.resolve_model()
+        except chat.RequestError as exc:
+            session.record(warn("model_unresolved", exc.message), error=True)
+            return _error(exc.status, exc.message, type_="upstream_error", param=exc.param)
+        except UpstreamError as exc:
+            return self._upstream_failed(session, node_id, exc)
+        prepared = chat.prepare(body, model=model, capture_level=session.capture_level)
+        try:
+            reply = await self.upstream.request_json("POST", "/chat/completions", prepared.upstream)
+        except UpstreamError as exc:
+            return self._upstream_failed(session, node_id, exc)
+        auxiliary = request.headers.get(AUX_HEADER, "").lower() in ("auxiliary", "aux")
+        ingested = ingest_chat_reply(
+            node_id,
+            reply,
+            capture_level=session.capture_level,
+            request_messages=body["messages"],
+            requested_params=prepared.requested,
+            applied_params=prepared.applied,
+            auxiliary=auxiliary,
+            request_findings=prepared.findings,
+        )
+        if ingested.turn is None:
+            for finding in ingested.findings:
+                session.record(finding.model_copy(update={"node_id": node_id}), error=True)
+            msg = "; ".join(f.message for f in ingested.findings) or "unusable upstream reply"
+            return _error(502, msg, type_="upstream_error")
+        session.graph.add(ingested.turn)
+        out = chat.caller_reply(reply, prepared)
+        if prepared.stream:
+            return StreamingResponse(chat.sse_replay(out, prepared), media_type="text/event-stream")
+        return json_response(out)
+
+    def _upstream_failed(
+        self, session: CaptureSession, node_id: str, exc: UpstreamError
+    ) -> Response:
+        session.record(warn(f"upstream_{exc.kind}", exc.message, node_id), error=True)
+        log.warning("session %s call %s: %s", session.session_id, node_id, exc.message)
+        if exc.kind == "http" and exc.status is not None:
+            err = exc.body.get("error") if isinstance(exc.body, dict) else None
+            if isinstance(err, dict) and "message" in err:
+                return json_response({"error": err}, exc.status)
+            return _error(exc.status, exc.message, type_="upstream_error", code=exc.status)
+        status = 504 if exc.kind == "timeout" else 502
+        return _error(status, exc.message, type_="upstream_error", code=exc.kind)
+
+    # ---- control plane ----------------------------------------------------------------------
+
+    def _admin_or_401(self, request: Request) -> Response | None:
+        key = self.config.admin_key
+        if key is None:
+            return None
+        given = _bearer(request) or ""
+        if secrets.compare_digest(given.encode(), key.encode()):
+            return None
+        return _error(
+            401,
+            "control routes need 'Authorization: Bearer <admin key>'",
+            type_="authentication_error",
+        )
+
+    def _lookup(self, request: Request) -> CaptureSession | Response:
+        denied = self._admin_or_401(request)
+        if denied is not None:
+            return denied
+        session_id = request.path_params["session_id"]
+        session = self.sessions.get(session_id)
+        if session is None:
+            return _error(
+                404, f"no live session {session_id!r}", type_="not_found_error", param="session_id"
+            )
+        return session
+
+    async def health(self, _request: Request) -> Response:
+        """Liveness, plus an instance id so a launcher can verify it owns the port it bound."""
+        return json_response(
+            {
+                "status": "ok",
+                "instance_id": self.instance_id,
+                "capture_level": self.config.capture_level.value,
+                "sessions": len(self.sessions.all()),
+            }
+        )
+
+    async def open_session(self, request: Request) -> Response:
+        """``POST /sessions`` (optional body: metadata, max_model_calls) -> session id."""
+        denied = self._admin_or_401(request)
+        if denied is not None:
+            return denied
+        try:
+            raw = await _read_body(request, 1024 * 1024)
+        except _TooLarge:
+            return _error(413, "session body is larger than 1 MiB", type_="invalid_request_error")
+        options: Any = {}
+        if raw.strip():
+            try:
+                options = orjson.loads(raw)
+            except orjson.JSONDecodeError as exc:
+                return _error(400, f"body is not valid JSON: {exc}", type_="invalid_request_error")
+        if not isinstance(options, dict):
+            return _error(400, "body must be a JSON object", type_="invalid_request_error")
+        unknown = sorted(set(options) - {"metadata", "max_model_calls"})
+        if unknown:
+            return _error(
+                400,
+                f"unknown field(s) {unknown}; accepted: metadata, max_model_calls",
+                type_="invalid_request_error",
+                param=unknown[0],
+            )
+        metadata = options.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            return _error(
+                400, "'metadata' must be an object", type_="invalid_request_error", param="metadata"
+            )
+        cap = options.get("max_model_calls")
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+            return _error(
+                400,
+                f"'max_model_calls' must be a positive integer, got {cap!r}",
+                type_="invalid_request_error",
+                param="max_model_calls",
+            )
+        session = self.sessions.open(metadata=metadata, max_model_calls=cap)
+        return json_response(
+            {
+                "session_id": session.session_id,
+                "capture_level": session.capture_level.value,
+                "created_at": session.created_at,
+            }
+        )
+
+    async def list_sessions(self, request: Request) -> Response:
+        """``GET /sessions``: live sessions with turn and root counts."""
+        denied = self._admin_or_401(request)
+        if denied is not None:
+            return denied
+        return json_response({"sessions": [s.summary() for s in self.sessions.all()]})
+
+    async def get_session(self, request: Request) -> Response:
+        """``GET /sessions/{id}``: one session's summary and its session-level findings."""
+        session = self._lookup(request)
+        if isinstance(session, Response):
+            return session
+        data = session.summary()
+        data["findings"] = [f.model_dump(mode="json") for f in session.findings]
+        return json_response(data)
+
+    async def get_rollout(self, request: Request) -> Response:
+        """``GET /sessions/{id}/rollout``: the versioned rollout document."""
+        session = self._lookup(request)
+        if isinstance(session, Response):
+            return session
+        return json_response(session.document())
+
+    async def close_session(self, request: Request) -> Response:
+        """``DELETE /sessions/{id}``: forget the session (its key stops working at once)."""
+        session = self._lookup(request)
+        if isinstance(session, Response):
+            return session
+        self.sessions.close(session.session_id)
+        return json_response({"session_id": session.session_id, "deleted": True})
+
+
+def create_proxy_app(config: ProxyConfig, **kwargs: Any) -> Starlette:
+    """The proxy as an ASGI app; the :class:`CaptureProxy` is at ``app.state.proxy``."""
+    return CaptureProxy(config, **kwargs).app

