@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import logging
+import socket
 import sys
 from collections.abc import Sequence
 
@@ -13,6 +14,7 @@ import httpx
 import uvicorn
 
 from rollwire.capture.certify import probe_tier
+from rollwire.capture.findings import has_fatal
 from rollwire.capture.proxy import CaptureProxy, ProxyConfig
 from rollwire.capture.rollout import CaptureLevel
 from rollwire.capture.upstream import Upstream, UpstreamError
@@ -61,7 +63,26 @@ async def _preflight(args: argparse.Namespace) -> tuple[str, CaptureLevel]:
         await upstream.aclose()
     for finding in evidence.findings:
         _say(f"  [{finding.level}] {finding.code}: {finding.message}")
+    if has_fatal(evidence.findings):
+        raise SystemExit(f"rollwire proxy: cannot use {args.llm_url}; see the findings above")
     return model, evidence.capture_level
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """Bind the listening socket here, so a taken port is a clear error rather than a traceback."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on connections of such a listener.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        msg = f"rollwire proxy: cannot bind {host}:{port} ({exc.strerror}); choose another --port"
+        raise SystemExit(msg) from None
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
 
 
 async def _serve_proxy(args: argparse.Namespace) -> None:
@@ -76,18 +97,17 @@ async def _serve_proxy(args: argparse.Namespace) -> None:
             max_body_bytes=int(args.max_body_mb * 1024 * 1024),
         )
     )
-    config = uvicorn.Config(
-        proxy.app, host=args.host, port=args.port, log_level="warning", lifespan="on"
-    )
+    sock = _bind(args.host, args.port)
+    config = uvicorn.Config(proxy.app, log_level="warning", lifespan="on", access_log=False)
     server = uvicorn.Server(config)
     async with anyio.create_task_group() as tg:
-        tg.start_soon(server.serve)
+        tg.start_soon(server.serve, [sock])
         while not server.started:
             if server.should_exit:
                 return
             await anyio.sleep(0.05)
         host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
-        port = server.servers[0].sockets[0].getsockname()[1]
+        port = sock.getsockname()[1]
         url = f"http://{host}:{port}"
         # A healthy answer from someone else's server on our port would mint sessions nobody honours.
         async with httpx.AsyncClient(timeout=5.0) as client:

@@ -1,0 +1,1268 @@
+"""A vLLM-shaped fake upstream: the boundary double for the capture proxy.
+
+The fake is a Starlette app that answers like vLLM's OpenAI-compatible server started with
+``--return-tokens-as-token-ids --logprobs-mode processed_logprobs`` (the server behind
+``/work/shared/fixtures/vllm-cpu/``). Its replies copy those fixtures' key names, nesting, null
+keys and error bodies. A toy engine stands in for the model, with no ML involved:
+
+* a toy tokenizer. Text is split into word/punctuation/whitespace pieces, and each piece gets a
+  stable hashed id in ``[100, 49152)``. Special ids: ``<|im_start|>`` = 1, ``<|im_end|>`` = 2
+  (also EOS), ``"\\n"`` = 198;
+* SmolLM2's ChatML template, rendered straight into ids (a default system prompt is injected);
+* a deterministic reply from (seed, prompt ids): ``tokenize(text) + [EOS]``. When the client
+  sends ``message.content`` back verbatim, the next prompt therefore starts with
+  ``prompt_token_ids + token_ids``;
+* deterministic "logits" over 21 candidates at each position. In processed mode they are
+  reported as ``log_softmax(logits / T)``; in raw mode as ``log_softmax(logits)``.
+
+Misbehaviour is chosen with the mutable :class:`Behavior` in ``app.state.behavior``. A test can
+change it in-process, or over HTTP with ``POST /_fake/behavior``, ``POST /_fake/reset``,
+``GET /_fake/behavior``, ``GET /_fake/requests`` and ``GET /_fake/stats``.
+
+Run it standalone (e.g. for benchmarks) with ``python -m tests.fakes.vllm --port 8023``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import hashlib
+import json
+import math
+import random
+import re
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+__all__ = [
+    "CALL_TOOL_MARKER",
+    "DEFAULT_SYSTEM_PROMPT",
+    "EOS_ID",
+    "IM_END_ID",
+    "IM_START_ID",
+    "NEWLINE_ID",
+    "SYSTEM_FINGERPRINT",
+    "TOKENIZER",
+    "Behavior",
+    "FakeVLLM",
+    "ToyTokenizer",
+    "create_fake_vllm",
+    "render_chat",
+    "tool_call_text",
+]
+
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+IM_START_ID = 1
+IM_END_ID = 2
+EOS_ID = IM_END_ID
+NEWLINE_ID = 198
+VOCAB_SIZE = 49152
+FIRST_FREE_ID = 100
+MAX_LOGPROBS = 20
+DEFAULT_MODEL = "smol"
+DEFAULT_ROOT = "models/smol_hf"
+DEFAULT_MAX_MODEL_LEN = 2048
+DEFAULT_REPLY_TOKENS = 12
+SYSTEM_FINGERPRINT = "vllm-0.32.0-3b266cfa"
+DEFAULT_SYSTEM_PROMPT = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+CALL_TOOL_MARKER = "CALL_TOOL"
+FORCED_MASKED_LOGPROB = -9999.0
+
+WORDS = (
+    "the sea river stone light wind cloud bright quiet green morning garden window little "
+    "silver ancient gentle forest mountain harbor evening summer winter autumn spring breeze "
+    "shadow meadow valley candle paper music story simple careful golden warm cold soft distant "
+    "open calm steady across under beyond while always often never softly slowly kindly clearly "
+    "together around between people ocean island bridge market village"
+).split()
+ARG_WORDS = ("Paris", "Lima", "Oslo", "Kyoto", "Cairo", "Quito", "Berlin", "Nairobi")
+
+_ERROR_TYPES = {
+    400: "BadRequestError",
+    401: "UnauthorizedError",
+    403: "ForbiddenError",
+    404: "NotFoundError",
+    408: "TimeoutError",
+    413: "RequestEntityTooLargeError",
+    422: "UnprocessableEntityError",
+    429: "RateLimitError",
+    500: "InternalServerError",
+    501: "NotImplementedError",
+    502: "BadGatewayError",
+    503: "ServiceUnavailableError",
+    504: "GatewayTimeoutError",
+}
+
+
+# --------------------------------------------------------------------------- tokenizer
+
+# Covers every character: "\n" alone, an optional single space followed by a run of letters/
+# digits, of punctuation, or of underscores, or any other single whitespace character.
+_PIECE_RE = re.compile(r"\n| ?[^\W_]+| ?[^\w\s]+| ?_+|[^\S\n]")
+_SPECIAL_RE = re.compile(r"(<\|im_start\|>|<\|im_end\|>)")
+_SPECIALS = {IM_START: IM_START_ID, IM_END: IM_END_ID}
+
+
+class ToyTokenizer:
+    """Deterministic text <-> ids mapping with a reverse dictionary.
+
+    The id of a piece is a hash of the piece, so it is stable across processes. A hash collision
+    is resolved by rehashing with a salt. Only then does the id depend on the order in which
+    pieces were first seen, and the built-in vocabulary (reply words, roles, system prompt) is
+    pre-seeded in a fixed order. Thread-safe.
+    """
+
+    def __init__(self, seed_pieces: Iterable[str] = ()) -> None:
+        self._lock = threading.Lock()
+        self._piece_to_id: dict[str, int] = {"\n": NEWLINE_ID}
+        self._id_to_piece: dict[int, str] = {
+            IM_START_ID: IM_START,
+            IM_END_ID: IM_END,
+            NEWLINE_ID: "\n",
+        }
+        for piece in seed_pieces:
+            self.piece_id(piece)
+
+    @staticmethod
+    def split(text: str) -> list[str]:
+        """Split text (without special tokens) into pieces; ``"".join(pieces) == text``."""
+        return _PIECE_RE.findall(text)
+
+    def piece_id(self, piece: str) -> int:
+        tid = self._piece_to_id.get(piece)
+        if tid is not None:
+            return tid
+        with self._lock:
+            tid = self._piece_to_id.get(piece)
+            if tid is not None:
+                return tid
+            salt = 0
+            while True:
+                digest = hashlib.blake2b(f"{salt}\x00{piece}".encode(), digest_size=8).digest()
+                tid = FIRST_FREE_ID + int.from_bytes(digest) % (VOCAB_SIZE - FIRST_FREE_ID)
+                if tid not in self._id_to_piece:
+                    break
+                salt += 1
+            self._piece_to_id[piece] = tid
+            self._id_to_piece[tid] = piece
+            return tid
+
+    def encode(self, text: str) -> list[int]:
+        """Tokenize text. Literal ``<|im_start|>`` / ``<|im_end|>`` become ids 1 / 2."""
+        ids: list[int] = []
+        for part in _SPECIAL_RE.split(text):
+            if part in _SPECIALS:
+                ids.append(_SPECIALS[part])
+            elif part:
+                ids.extend(self.piece_id(p) for p in self.split(part))
+        return ids
+
+    def piece(self, token_id: int) -> str:
+        """The text of one id; an id never produced decodes as ``<unk_ID>``."""
+        return self._id_to_piece.get(token_id, f"<unk_{token_id}>")
+
+    def is_known(self, token_id: int) -> bool:
+        return token_id in self._id_to_piece
+
+    def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = True) -> str:
+        return "".join(
+            self.piece(t)
+            for t in ids
+            if not (skip_special_tokens and t in (IM_START_ID, IM_END_ID))
+        )
+
+
+def _seed_pieces() -> list[str]:
+    pieces: list[str] = []
+    for w in WORDS:
+        pieces += [w, " " + w, w.capitalize(), " " + w.capitalize()]
+    for w in ARG_WORDS:
+        pieces += [w, " " + w]
+    pieces += [".", ",", "!", "?", ":", " ", "system", "user", "assistant", "tool"]
+    pieces += ToyTokenizer.split(DEFAULT_SYSTEM_PROMPT)
+    pieces += ToyTokenizer.split(
+        '<tool_call>\n{"name": "x", "arguments": {"a": "b"}}\n</tool_call>'
+    )
+    return pieces
+
+
+#: The tokenizer shared by every fake app in this process (so ids agree between apps).
+TOKENIZER = ToyTokenizer(_seed_pieces())
+
+# Alternatives offered in top_logprobs: ids that decode to real words.
+_ALT_POOL: tuple[int, ...] = tuple(
+    sorted(
+        {TOKENIZER.piece_id(" " + w) for w in WORDS}
+        | {TOKENIZER.piece_id(w.capitalize()) for w in WORDS}
+        | {TOKENIZER.piece_id("."), TOKENIZER.piece_id(","), NEWLINE_ID, EOS_ID}
+    )
+)
+_FORCED_ALTS: tuple[int, ...] = (1, 0, *range(3, 3 + MAX_LOGPROBS + 2))
+
+
+# --------------------------------------------------------------------------- chat template
+
+
+def content_text(content: Any) -> str:
+    """Message content as text. A list of ``{"type": "text", "text": ...}`` parts is joined
+    with newlines."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts: list[str] = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, Mapping) and part.get("type", "text") == "text":
+                parts.append(str(part.get("text", "")))
+        return "\n".join(parts)
+    return str(content)
+
+
+def tool_call_text(name: str, arguments: Any) -> str:
+    """Hermes-style text of one tool call, as the fake's "model" samples it.
+
+    ``arguments`` may be the JSON string from ``function.arguments``, or an object.
+    """
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            pass
+    payload = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+    return f"<tool_call>\n{payload}\n</tool_call>"
+
+
+def _assistant_text(message: Mapping[str, Any], drop_tool_calls: bool) -> str:
+    text = content_text(message.get("content"))
+    calls = message.get("tool_calls") or []
+    if drop_tool_calls or not calls:
+        return text
+    rendered = []
+    for call in calls:
+        fn = (call or {}).get("function") or {}
+        rendered.append(tool_call_text(str(fn.get("name", "")), fn.get("arguments", {})))
+    return "\n".join([text, *rendered] if text else rendered)
+
+
+def render_chat(
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    add_generation_prompt: bool = True,
+    drop_tool_calls_in_history: bool = False,
+    tokenizer: ToyTokenizer | None = None,
+) -> list[int]:
+    """SmolLM2's ChatML template, rendered straight into ids.
+
+    Each message becomes ``<|im_start|>{role}\\n{content}<|im_end|>\\n``, and the default system
+    prompt is injected first when the conversation has none. Content is tokenized on its own, so
+    it gives exactly the ids the fake sampled for it. An assistant message's ``tool_calls`` are
+    rendered as ``<tool_call>`` text (the default, which keeps the token prefix). With
+    ``drop_tool_calls_in_history`` they are dropped, which is what the real SmolLM2 template does.
+    """
+    tok = tokenizer or TOKENIZER
+    msgs = list(messages)
+    if not msgs or msgs[0].get("role") != "system":
+        msgs.insert(0, {"role": "system", "content": DEFAULT_SYSTEM_PROMPT})
+    ids: list[int] = []
+    for m in msgs:
+        role = str(m.get("role", "user"))
+        if role == "assistant":
+            text = _assistant_text(m, drop_tool_calls_in_history)
+        else:
+            text = content_text(m.get("content"))
+        ids += [IM_START_ID, *tok.encode(role), NEWLINE_ID, *tok.encode(text), IM_END_ID]
+        ids.append(NEWLINE_ID)
+    if add_generation_prompt:
+        ids += [IM_START_ID, *tok.encode("assistant"), NEWLINE_ID]
+    return ids
+
+
+# --------------------------------------------------------------------------- behaviour
+
+
+@dataclass
+class Behavior:
+    """What the fake does. The defaults are a well-behaved vLLM. Mutate it in place
+    (``app.state.behavior.x = ...``), or over HTTP (``POST /_fake/behavior``)."""
+
+    # engine / server shape
+    reply_tokens: int | None = None
+    """Exact completion length (EOS included) for text replies; None = the app's default."""
+    served_models: list[str] = field(default_factory=lambda: [DEFAULT_MODEL])
+    raw_logprobs: bool = False
+    """Report pre-temperature logprobs (vLLM's default ``raw_logprobs`` mode)."""
+    drop_tool_calls_in_history: bool = False
+    """Render assistant tool calls in history as empty content (real SmolLM2; breaks prefix)."""
+    tool_call_every_turn: bool = False
+    """With tools present and tool_choice auto/absent, call the first tool whenever the last
+    message is a user message (after a tool result, answer in text)."""
+    noncanonical_split: bool = False
+    """Sample one word as two pieces (``" hyp"`` + ``"o"``). The text is the same, but the next
+    prompt re-tokenizes it as one piece (fixture 04y)."""
+
+    # faults
+    shift_logprobs: bool = False
+    """Rotate logprob entries by one position relative to token_ids."""
+    null_logprob_at: int | None = None
+    """``logprobs.content[i].logprob`` is JSON null."""
+    nonfinite_logprob_at: int | None = None
+    """``logprobs.content[i].logprob`` is NaN, written as the bare ``NaN`` token (not strict
+    JSON; Python's json parses it)."""
+    positive_logprob_at: int | None = None
+    """``logprobs.content[i].logprob`` is 0.5 (impossible for a log-probability)."""
+    no_choices: bool = False
+    """200 with ``"choices": []``."""
+    fail_status: int | None = None
+    fail_count: int = 0
+    """The next ``fail_count`` chat requests get ``fail_status`` with a vLLM-shaped error body
+    (a negative count means every request). The count goes down as failures are served."""
+    delay_s: float = 0.0
+    """Sleep before replying."""
+    chunk_delay_s: float = 0.0
+    """Sleep before each streamed token chunk."""
+    ignore_return_token_ids: bool = False
+    """Ids are always null, as from a server that ignores ``return_token_ids``."""
+    reject_param: str | None = None
+    """400 naming this parameter whenever it is present in the request body."""
+    invalid_json: bool = False
+    """200 whose body is not JSON (for a stream, an SSE ``data:`` line that is not JSON)."""
+
+    def update(self, **changes: Any) -> None:
+        names = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(changes) - names)
+        if unknown:
+            raise ValueError(f"unknown Behavior field(s): {', '.join(unknown)}")
+        for key, value in changes.items():
+            if key == "served_models":
+                if (
+                    not isinstance(value, list)
+                    or not value
+                    or not all(isinstance(v, str) for v in value)
+                ):
+                    raise ValueError("served_models must be a non-empty list of strings")
+                value = list(value)
+            setattr(self, key, value)
+
+    def reset_to(self, other: Behavior) -> None:
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, copy.deepcopy(getattr(other, f.name)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# --------------------------------------------------------------------------- engine
+
+
+@dataclass
+class _Params:
+    seed: int
+    temperature: float
+    limit: int
+    logprobs: bool
+    top_logprobs: int
+    ignore_eos: bool
+    max_tokens: int | None
+
+
+@dataclass
+class _ToolPlan:
+    name: str
+    tool: Mapping[str, Any]
+    forced: bool
+
+
+@dataclass
+class _Choice:
+    ids: list[int]
+    finish_reason: str
+    content: str
+    tool_call: dict[str, Any] | None
+    # per position: (chosen logprob, [(alternative id, logprob), ...] best first)
+    scores: list[tuple[float, list[tuple[int, float]]]]
+
+
+def _rng(*parts: Any) -> random.Random:
+    digest = hashlib.sha256(json.dumps(parts).encode()).digest()
+    return random.Random(int.from_bytes(digest[:8]))
+
+
+def _prompt_key(prompt_ids: Sequence[int]) -> str:
+    return hashlib.sha256(",".join(map(str, prompt_ids)).encode()).hexdigest()[:16]
+
+
+def _reply_pieces(rng: random.Random, n: int) -> list[str]:
+    pieces: list[str] = []
+    sentence_start = True
+    for i in range(n):
+        last = i == n - 1
+        after_word = bool(pieces) and pieces[-1] not in (".", ",")
+        if after_word and (last or (i >= 3 and rng.random() < 0.1)):
+            mark = "." if last or rng.random() < 0.5 else ","
+            pieces.append(mark)
+            sentence_start = mark == "."
+            continue
+        word = rng.choice(WORDS)
+        if sentence_start:
+            word = word.capitalize()
+        pieces.append(" " + word if pieces else word)
+        sentence_start = False
+    return pieces
+
+
+def _log_softmax(z: Sequence[float]) -> list[float]:
+    m = max(z)
+    lse = m + math.log(sum(math.exp(v - m) for v in z))
+    return [v - lse for v in z]
+
+
+def _scores(
+    chosen: int, rng: random.Random, temperature: float, raw: bool
+) -> tuple[float, list[tuple[int, float]]]:
+    pool = [t for t in _ALT_POOL if t != chosen]
+    alts = rng.sample(pool, MAX_LOGPROBS)
+    logits = [rng.gauss(1.0, 1.5)] + [rng.gauss(0.0, 1.5) for _ in alts]
+    scale = 1.0 if raw or temperature <= 0 else 1.0 / temperature
+    lps = _log_softmax([v * scale for v in logits])
+    ranked = sorted(zip(alts, lps[1:], strict=True), key=lambda p: (-p[1], p[0]))
+    return lps[0], ranked
+
+
+def _forced_scores(chosen: int) -> tuple[float, list[tuple[int, float]]]:
+    alts = [t for t in _FORCED_ALTS if t != chosen][:MAX_LOGPROBS]
+    return 0.0, [(t, FORCED_MASKED_LOGPROB) for t in alts]
+
+
+def _schema_arguments(tool: Mapping[str, Any], rng: random.Random) -> dict[str, Any]:
+    params = (tool.get("function") or {}).get("parameters") or {}
+    props = params.get("properties") or {}
+    args: dict[str, Any] = {}
+    for name in params.get("required") or []:
+        spec = props.get(name) or {}
+        kind = spec.get("type", "string")
+        if spec.get("enum"):
+            args[name] = rng.choice(list(spec["enum"]))
+        elif kind == "integer":
+            args[name] = rng.randint(1, 9)
+        elif kind == "number":
+            args[name] = float(rng.randint(1, 9))
+        elif kind == "boolean":
+            args[name] = True
+        elif kind == "array":
+            args[name] = []
+        elif kind == "object":
+            args[name] = {}
+        else:
+            args[name] = rng.choice(ARG_WORDS)
+    return args
+
+
+def _hex16() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=True)
+
+
+def _json(obj: Any, status: int = 200) -> Response:
+    return Response(_dumps(obj).encode(), status_code=status, media_type="application/json")
+
+
+def _error(status: int, message: str, *, type_: str | None = None, param: str | None = None):
+    err = {
+        "message": message,
+        "type": type_ or _ERROR_TYPES.get(status, "Error"),
+        "param": param,
+        "code": status,
+    }
+    return _json({"error": err}, status)
+
+
+def _validation_error(kind: str, loc: tuple[Any, ...], msg: str, value: Any) -> Response:
+    detail = {"type": kind, "loc": loc, "msg": msg, "input": value}
+    param = ".".join(str(p) for p in loc)
+    return _error(400, f"1 validation error:\n  {detail!r}", type_="Bad Request", param=param)
+
+
+class _Reject(Exception):
+    """Internal control flow: abort the request with ``response``."""
+
+    def __init__(self, response: Response) -> None:
+        self.response = response
+
+
+def _int_param(body: Mapping[str, Any], name: str) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
+        raise _Reject(
+            _validation_error("int_type", ("body", name), "Input should be a valid integer", value)
+        )
+    return int(value)
+
+
+# --------------------------------------------------------------------------- the app
+
+
+def _new_stats() -> dict[str, int]:
+    return {
+        "requests": 0,
+        "chat_completions": 0,
+        "ok": 0,
+        "errors": 0,
+        "streams": 0,
+        "injected_failures": 0,
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+        "in_flight": 0,
+        "max_in_flight": 0,
+    }
+
+
+class FakeVLLM:
+    """The fake server. ``FakeVLLM(...).app`` is the ASGI app; ``app.state`` holds ``fake``,
+    ``behavior``, ``requests`` (chat request bodies), ``request_log``, ``stats`` and
+    ``tokenizer``."""
+
+    def __init__(
+        self,
+        behavior: Behavior | None = None,
+        *,
+        max_model_len: int = DEFAULT_MAX_MODEL_LEN,
+        default_reply_tokens: int = DEFAULT_REPLY_TOKENS,
+        root: str = DEFAULT_ROOT,
+        tokenizer: ToyTokenizer | None = None,
+        **behavior_fields: Any,
+    ) -> None:
+        self.behavior = behavior if behavior is not None else Behavior()
+        self.behavior.update(**behavior_fields)
+        self._defaults = copy.deepcopy(self.behavior)
+        self.max_model_len = max_model_len
+        self.default_reply_tokens = default_reply_tokens
+        self.root = root
+        self.tokenizer = tokenizer or TOKENIZER
+        self.requests: list[Any] = []
+        self.request_log: list[dict[str, Any]] = []
+        self.stats = _new_stats()
+        self.app = Starlette(
+            routes=[
+                Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                Route("/v1/models", self._models, methods=["GET"]),
+                Route("/tokenize", self._tokenize, methods=["POST"]),
+                Route("/detokenize", self._detokenize, methods=["POST"]),
+                Route("/health", self._health, methods=["GET"]),
+                Route("/version", self._version, methods=["GET"]),
+                Route("/_fake/behavior", self._get_behavior, methods=["GET"]),
+                Route("/_fake/behavior", self._set_behavior, methods=["POST"]),
+                Route("/_fake/reset", self._reset, methods=["POST"]),
+                Route("/_fake/requests", self._requests, methods=["GET"]),
+                Route("/_fake/stats", self._stats, methods=["GET"]),
+            ]
+        )
+        st = self.app.state
+        st.fake = self
+        st.behavior = self.behavior
+        st.requests = self.requests
+        st.request_log = self.request_log
+        st.stats = self.stats
+        st.tokenizer = self.tokenizer
+
+    # ------------------------------------------------------------------ helpers for tests
+
+    def reset(self) -> None:
+        """Restore the behaviour this app was built with; clear the request log and stats."""
+        self.behavior.reset_to(self._defaults)
+        self.requests.clear()
+        self.request_log.clear()
+        self.stats.clear()
+        self.stats.update(_new_stats())
+
+    def render_prompt(
+        self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True
+    ) -> list[int]:
+        return render_chat(
+            messages,
+            add_generation_prompt=add_generation_prompt,
+            drop_tool_calls_in_history=self.behavior.drop_tool_calls_in_history,
+            tokenizer=self.tokenizer,
+        )
+
+    # ------------------------------------------------------------------ engine
+
+    def _generate(
+        self, prompt_ids: list[int], p: _Params, plan: _ToolPlan | None, index: int
+    ) -> _Choice:
+        tok = self.tokenizer
+        b = self.behavior
+        key = _prompt_key(prompt_ids)
+        rng = _rng("reply", p.seed, key, index)
+        tool_call: dict[str, Any] | None = None
+        eos = True
+        if plan is not None:
+            arguments = json.dumps(_schema_arguments(plan.tool, rng), ensure_ascii=False)
+            tool_call = {
+                "id": f"chatcmpl-tool-{_hex16()}",
+                "type": "function",
+                "function": {"name": plan.name, "arguments": arguments},
+            }
+            ids = tok.encode(tool_call_text(plan.name, arguments))
+        else:
+            total = b.reply_tokens if b.reply_tokens is not None else self.default_reply_tokens
+            n = max(total - 1, 0)
+            if p.ignore_eos:
+                n, eos = p.limit, False
+            pieces = _reply_pieces(rng, n)
+            if b.noncanonical_split:
+                for j in range(1, len(pieces) - 1):
+                    if re.fullmatch(r" [^\W\d_]{3,}", pieces[j]):
+                        pieces[j : j + 1] = [pieces[j][:-1], pieces[j][-1]]
+                        pieces = pieces[:n]
+                        break
+            ids = [tok.piece_id(piece) for piece in pieces]
+        if eos:
+            ids.append(EOS_ID)
+        finish = "stop"
+        if len(ids) > p.limit:
+            ids, finish, tool_call = ids[: p.limit], "length", None
+        elif not eos:
+            finish = "length"
+        content = "" if tool_call is not None else tok.decode(ids)
+        scores = []
+        if p.logprobs:
+            for pos, tid in enumerate(ids):
+                if plan is not None and plan.forced:
+                    scores.append(_forced_scores(tid))
+                else:
+                    srng = _rng("logits", p.seed, key, index, pos, tid)
+                    scores.append(_scores(tid, srng, p.temperature, b.raw_logprobs))
+        return _Choice(ids, finish, content, tool_call, scores)
+
+    def _logprob_content(self, choice: _Choice, top: int) -> list[dict[str, Any] | None]:
+        tok = self.tokenizer
+        out: list[dict[str, Any] | None] = []
+        for tid, (lp, alts) in zip(choice.ids, choice.scores, strict=True):
+            tops = [(tid, lp), *alts][:top]
+            out.append(
+                {
+                    "token": f"token_id:{tid}",
+                    "logprob": lp,
+                    "bytes": list(tok.piece(tid).encode()),
+                    "top_logprobs": [
+                        {
+                            "token": f"token_id:{t}",
+                            "logprob": v,
+                            "bytes": list(f"token_id:{t}".encode()),
+                        }
+                        for t, v in tops
+                    ],
+                }
+            )
+        b = self.behavior
+        if b.shift_logprobs and out:
+            out = out[1:] + out[:1]
+        for at, value in (
+            (b.null_logprob_at, None),
+            (b.nonfinite_logprob_at, math.nan),
+            (b.positive_logprob_at, 0.5),
+        ):
+            if at is not None and -len(out) <= at < len(out) and out[at] is not None:
+                out[at] = {**out[at], "logprob": value}
+        return out
+
+    # ------------------------------------------------------------------ validation
+
+    def _check_model(self, body: Mapping[str, Any]) -> str:
+        served = self.behavior.served_models
+        name = body.get("model") or served[0]
+        if name not in served:
+            raise _Reject(
+                _error(
+                    404,
+                    f"The model `{name}` does not exist. Valid aliases: {', '.join(served)}.",
+                    param="model",
+                )
+            )
+        return str(name)
+
+    def _tool_plan(self, body: Mapping[str, Any], messages: list[Any]) -> _ToolPlan | None:
+        tools = body.get("tools")
+        choice = body.get("tool_choice")
+        if tools is not None and not isinstance(tools, list):
+            raise _Reject(
+                _validation_error(
+                    "list_type", ("body", "tools"), "Input should be a valid list", tools
+                )
+            )
+        if isinstance(tools, list) and not tools:
+            raise _Reject(
+                _error(
+                    400,
+                    "`tools` must not be an empty array. Either provide at least one tool or "
+                    "omit the field entirely. (parameter=tools)",
+                    param="tools",
+                )
+            )
+        if not tools:
+            if choice not in (None, "none", "auto"):
+                raise _Reject(
+                    _error(
+                        400, "When using `tool_choice`, `tools` must be set.", param="tool_choice"
+                    )
+                )
+            return None
+        by_name = {((t or {}).get("function") or {}).get("name"): t for t in tools}
+        first_name = next(iter(by_name))
+        if isinstance(choice, Mapping):
+            name = (choice.get("function") or {}).get("name")
+            if name not in by_name:
+                raise _Reject(
+                    _error(
+                        400,
+                        f"Tool '{name}' has not been passed in `tools`.",
+                        param="tool_choice",
+                    )
+                )
+            return _ToolPlan(str(name), by_name[name], forced=True)
+        if choice == "required":
+            return _ToolPlan(str(first_name), by_name[first_name], forced=True)
+        if choice == "none":
+            return None
+        last = messages[-1] if messages else {}
+        if not isinstance(last, Mapping) or last.get("role") != "user":
+            return None
+        text = content_text(last.get("content"))
+        m = re.search(rf"{CALL_TOOL_MARKER}(?::([\w.-]+))?", text)
+        if m is not None:
+            name = m.group(1) if m.group(1) in by_name else first_name
+            return _ToolPlan(str(name), by_name[name], forced=False)
+        if self.behavior.tool_call_every_turn:
+            return _ToolPlan(str(first_name), by_name[first_name], forced=False)
+        return None
+
+    def _params(self, body: Mapping[str, Any], prompt_len: int) -> _Params:
+        ctx = self.max_model_len
+        n_top = _int_param(body, "top_logprobs")
+        logprobs = bool(body.get("logprobs"))
+        top = 0 if n_top is None else n_top
+        if top == -1:
+            top = MAX_LOGPROBS
+        if logprobs and top > MAX_LOGPROBS:
+            raise _Reject(
+                _error(
+                    400,
+                    f"Requested sample logprobs of {top}, which is greater than max allowed: "
+                    f"{MAX_LOGPROBS} (parameter=logprobs, value={top})",
+                    param="logprobs",
+                )
+            )
+        max_tokens = _int_param(body, "max_completion_tokens")
+        if max_tokens is None:
+            max_tokens = _int_param(body, "max_tokens")
+        if max_tokens is not None:
+            if max_tokens < 1:
+                raise _Reject(
+                    _error(
+                        400,
+                        f"max_tokens must be at least 1, got {max_tokens}. "
+                        f"(parameter=max_tokens, value={max_tokens})",
+                        param="max_tokens",
+                    )
+                )
+            if max_tokens > ctx:
+                raise _Reject(
+                    _error(
+                        400,
+                        f"max_tokens={max_tokens} cannot be greater than max_model_len={ctx}. "
+                        f"Please request fewer output tokens. "
+                        f"(parameter=max_tokens, value={max_tokens})",
+                        param="max_tokens",
+                    )
+                )
+        if prompt_len >= ctx:
+            raise _Reject(
+                _error(
+                    400,
+                    f"This model's maximum context length is {ctx} tokens. However, your request "
+                    f"has {prompt_len} input tokens. Please reduce the length of the input "
+                    f"messages. (parameter=input_tokens, value={prompt_len})",
+                    param="input_tokens",
+                )
+            )
+        if max_tokens is not None and prompt_len + max_tokens > ctx:
+            raise _Reject(
+                _error(
+                    400,
+                    f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This "
+                    f"model's maximum context length is {ctx} tokens and your request has "
+                    f"{prompt_len} input tokens ({max_tokens} > {ctx} - {prompt_len}). "
+                    f"(parameter=max_tokens, value={max_tokens})",
+                    param="max_tokens",
+                )
+            )
+        temperature = body.get("temperature")
+        if temperature is not None and (
+            isinstance(temperature, bool) or not isinstance(temperature, int | float)
+        ):
+            raise _Reject(
+                _validation_error(
+                    "float_type",
+                    ("body", "temperature"),
+                    "Input should be a valid number",
+                    temperature,
+                )
+            )
+        seed = _int_param(body, "seed")
+        return _Params(
+            seed=0 if seed is None else seed,
+            temperature=1.0 if temperature is None else float(temperature),
+            limit=max_tokens if max_tokens is not None else ctx - prompt_len,
+            logprobs=logprobs,
+            top_logprobs=top,
+            ignore_eos=bool(body.get("ignore_eos")),
+            max_tokens=max_tokens,
+        )
+
+    # ------------------------------------------------------------------ routes
+
+    def _enter(self) -> None:
+        self.stats["in_flight"] += 1
+        self.stats["max_in_flight"] = max(self.stats["max_in_flight"], self.stats["in_flight"])
+
+    def _leave(self) -> None:
+        self.stats["in_flight"] -= 1
+
+    async def _chat(self, request: Request) -> Response:
+        self.stats["requests"] += 1
+        self.stats["chat_completions"] += 1
+        self._enter()
+        handed_off = False
+        try:
+            response, handed_off = await self._chat_inner(request)
+            if response.status_code >= 400:
+                self.stats["errors"] += 1
+            return response
+        finally:
+            if not handed_off:
+                self._leave()
+
+    async def _chat_inner(self, request: Request) -> tuple[Response, bool]:
+        raw = await request.body()
+        b = self.behavior
+        try:
+            body: Any = json.loads(raw)
+            logged: Any = body
+        except ValueError as exc:
+            body, logged = exc, raw.decode("utf-8", errors="replace")
+        self.requests.append(logged)
+        self.request_log.append(
+            {"path": request.url.path, "headers": dict(request.headers), "body": logged}
+        )
+        if b.delay_s > 0:
+            await anyio.sleep(b.delay_s)
+        if b.fail_status is not None and b.fail_count != 0:
+            if b.fail_count > 0:
+                b.fail_count -= 1
+            self.stats["injected_failures"] += 1
+            status = int(b.fail_status)
+            return _error(status, f"Injected failure (HTTP {status}) from the fake vLLM."), False
+        if isinstance(body, json.JSONDecodeError):
+            detail = {
+                "type": "json_invalid",
+                "loc": f"body.{body.pos}",
+                "msg": "JSON decode error",
+                "input": "<dict of 0 items>",
+                "ctx": {"error": body.msg},
+            }
+            return _error(
+                400,
+                f"1 validation error:\n  {detail!r}",
+                type_="Bad Request",
+                param=f"body.{body.pos}",
+            ), False
+        if isinstance(body, ValueError):
+            return _error(400, str(body), type_="Bad Request"), False
+        try:
+            return await self._complete(body)
+        except _Reject as rej:
+            return rej.response, False
+
+    async def _complete(self, body: Any) -> tuple[Response, bool]:
+        b = self.behavior
+        if not isinstance(body, dict):
+            raise _Reject(
+                _validation_error(
+                    "model_attributes_type",
+                    ("body",),
+                    "Input should be a valid dictionary or object to extract fields from",
+                    body,
+                )
+            )
+        if b.reject_param is not None and b.reject_param in body:
+            name = b.reject_param
+            raise _Reject(
+                _error(
+                    400,
+                    f"Unsupported parameter `{name}`. "
+                    f"(parameter={name}, value={_dumps(body[name])})",
+                    param=name,
+                )
+            )
+        messages = body.get("messages")
+        if messages is None:
+            raise _Reject(
+                _validation_error("missing", ("body", "messages"), "Field required", body)
+            )
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            raise _Reject(
+                _validation_error(
+                    "list_type", ("body", "messages"), "Input should be a valid list", messages
+                )
+            )
+        model = self._check_model(body)
+        plan = self._tool_plan(body, messages)
+        n = _int_param(body, "n")
+        n = 1 if n is None else n
+        if n < 1:
+            raise _Reject(_error(400, f"n must be at least 1, got {n}.", param="n"))
+        prompt_ids = self.render_prompt(messages)
+        params = self._params(body, len(prompt_ids))
+
+        choices = (
+            [] if b.no_choices else [self._generate(prompt_ids, params, plan, i) for i in range(n)]
+        )
+        return_ids = bool(body.get("return_token_ids")) and not b.ignore_return_token_ids
+        lp_content = [
+            self._logprob_content(c, params.top_logprobs) if params.logprobs else None
+            for c in choices
+        ]
+        completion_tokens = sum(len(c.ids) for c in choices)
+        self.stats["ok"] += 1
+        self.stats["prompt_tokens"] += len(prompt_ids)
+        self.stats["completion_tokens"] += completion_tokens
+        usage = {
+            "prompt_tokens": len(prompt_ids),
+            "total_tokens": len(prompt_ids) + completion_tokens,
+            "completion_tokens": completion_tokens,
+        }
+        cid = f"chatcmpl-{_hex16()}"
+        created = int(time.time())
+
+        if body.get("stream"):
+            self.stats["streams"] += 1
+            opts = body.get("stream_options") or {}
+            include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
+            gen = self._stream(
+                cid,
+                created,
+                model,
+                prompt_ids if return_ids else None,
+                choices,
+                lp_content,
+                return_ids,
+                usage if include_usage else None,
+            )
+            return StreamingResponse(gen, media_type="text/event-stream"), True
+
+        if b.invalid_json:
+            broken = f'{{"id":"{cid}","object":"chat.completion","choices":[{{"index":0,'
+            return Response(broken.encode(), media_type="application/json"), False
+        out_choices = []
+        for i, c in enumerate(choices):
+            message: dict[str, Any] = {
+                "role": "assistant",
+                "content": c.content,
+                "refusal": None,
+                "annotations": None,
+                "audio": None,
+                "function_call": None,
+            }
+            if c.tool_call is not None:
+                message["tool_calls"] = [c.tool_call]
+            message["reasoning"] = None
+            out_choices.append(
+                {
+                    "index": i,
+                    "message": message,
+                    "logprobs": None if lp_content[i] is None else {"content": lp_content[i]},
+                    "finish_reason": c.finish_reason,
+                    "stop_reason": None,
+                    "token_ids": list(c.ids) if return_ids else None,
+                    "routed_experts": None,
+                }
+            )
+        payload = {
+            "id": cid,
+            "object": "chat.completion",
+            "created": created,
+            "model": model,
+            "choices": out_choices,
+            "service_tier": None,
+            "system_fingerprint": SYSTEM_FINGERPRINT,
+            "usage": {**usage, "prompt_tokens_details": None, "completion_tokens_details": None},
+            "prompt_logprobs": None,
+            "prompt_token_ids": prompt_ids if return_ids else None,
+            "prompt_text": None,
+            "kv_transfer_params": None,
+            "ec_transfer_params": None,
+            "metrics": None,
+        }
+        return _json(payload), False
+
+    async def _stream(
+        self,
+        cid: str,
+        created: int,
+        model: str,
+        prompt_ids: list[int] | None,
+        choices: list[_Choice],
+        lp_content: list[list[dict[str, Any] | None] | None],
+        return_ids: bool,
+        usage: dict[str, int] | None,
+    ) -> AsyncIterator[str]:
+        b = self.behavior
+        head = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model}
+        try:
+            if b.invalid_json:
+                yield f'data: {{"id":"{cid}","object":"chat.completion.chunk","choices":[\n\n'
+                yield "data: [DONE]\n\n"
+                return
+            for i in range(len(choices)):
+                first = {
+                    "index": i,
+                    "delta": {"role": "assistant", "content": ""},
+                    "logprobs": None,
+                    "finish_reason": None,
+                }
+                chunk = {**head, "choices": [first], "prompt_token_ids": prompt_ids}
+                chunk["prompt_text"] = None
+                yield f"data: {_dumps(chunk)}\n\n"
+            longest = max((len(c.ids) for c in choices), default=0)
+            for k in range(longest):
+                for i, c in enumerate(choices):
+                    if k >= len(c.ids):
+                        continue
+                    if b.chunk_delay_s > 0:
+                        await anyio.sleep(b.chunk_delay_s)
+                    tid = c.ids[k]
+                    last = k == len(c.ids) - 1
+                    if c.tool_call is not None and k == 0:
+                        delta: dict[str, Any] = {"tool_calls": [{**c.tool_call, "index": 0}]}
+                    elif c.tool_call is not None:
+                        delta = {"content": ""}
+                    else:
+                        delta = {"content": self.tokenizer.decode([tid])}
+                    lps = lp_content[i]
+                    ch: dict[str, Any] = {
+                        "index": i,
+                        "delta": delta,
+                        "logprobs": None if lps is None else {"content": [lps[k]]},
+                        "finish_reason": c.finish_reason if last else None,
+                    }
+                    if last:
+                        ch["stop_reason"] = None
+                    ch["token_ids"] = [tid] if return_ids else None
+                    yield f"data: {_dumps({**head, 'choices': [ch]})}\n\n"
+            if usage is not None:
+                tail = {**head, "choices": [], "usage": usage}
+                tail["system_fingerprint"] = SYSTEM_FINGERPRINT
+                yield f"data: {_dumps(tail)}\n\n"
+            yield "data: [DONE]\n\n"
+        finally:
+            self._leave()
+
+    async def _models(self, request: Request) -> Response:
+        self.stats["requests"] += 1
+        now = int(time.time())
+        data = [
+            {
+                "id": name,
+                "object": "model",
+                "created": now,
+                "owned_by": "vllm",
+                "root": self.root,
+                "parent": None,
+                "max_model_len": self.max_model_len,
+                "permission": [
+                    {
+                        "id": f"modelperm-{_hex16()}",
+                        "object": "model_permission",
+                        "created": now,
+                        "allow_create_engine": False,
+                        "allow_sampling": True,
+                        "allow_logprobs": True,
+                        "allow_search_indices": False,
+                        "allow_view": True,
+                        "allow_fine_tuning": False,
+                        "organization": "*",
+                        "group": None,
+                        "is_blocking": False,
+                    }
+                ],
+            }
+            for name in self.behavior.served_models
+        ]
+        return _json({"object": "list", "data": data})
+
+    async def _read_json(self, request: Request) -> dict[str, Any]:
+        raw = await request.body()
+        try:
+            body = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            detail = {
+                "type": "json_invalid",
+                "loc": f"body.{exc.pos}",
+                "msg": "JSON decode error",
+                "input": "<dict of 0 items>",
+                "ctx": {"error": exc.msg},
+            }
+            raise _Reject(
+                _error(
+                    400,
+                    f"1 validation error:\n  {detail!r}",
+                    type_="Bad Request",
+                    param=f"body.{exc.pos}",
+                )
+            ) from exc
+        if not isinstance(body, dict):
+            raise _Reject(
+                _validation_error(
+                    "model_attributes_type",
+                    ("body",),
+                    "Input should be a valid dictionary or object to extract fields from",
+                    body,
+                )
+            )
+        self.request_log.append(
+            {"path": request.url.path, "headers": dict(request.headers), "body": body}
+        )
+        return body
+
+    async def _tokenize(self, request: Request) -> Response:
+        self.stats["requests"] += 1
+        try:
+            body = await self._read_json(request)
+            self._check_model(body)
+            if "messages" in body:
+                ids = self.render_prompt(
+                    body["messages"], bool(body.get("add_generation_prompt", True))
+                )
+            else:
+                ids = self.tokenizer.encode(str(body.get("prompt", "")))
+        except _Reject as rej:
+            return rej.response
+        strs = [self.tokenizer.piece(t) for t in ids] if body.get("return_token_strs") else None
+        return _json(
+            {
+                "count": len(ids),
+                "max_model_len": self.max_model_len,
+                "tokens": ids,
+                "token_strs": strs,
+            }
+        )
+
+    async def _detokenize(self, request: Request) -> Response:
+        self.stats["requests"] += 1
+        try:
+            body = await self._read_json(request)
+            self._check_model(body)
+        except _Reject as rej:
+            return rej.response
+        tokens = body.get("tokens") or []
+        bad = [t for t in tokens if not isinstance(t, int) or not 0 <= t < VOCAB_SIZE]
+        if bad:
+            return _error(400, f"Token id {bad[0]} is out of vocabulary", param="tokens")
+        return _json({"prompt": self.tokenizer.decode(tokens, skip_special_tokens=False)})
+
+    async def _health(self, request: Request) -> Response:
+        return Response(status_code=200)
+
+    async def _version(self, request: Request) -> Response:
+        return _json({"version": SYSTEM_FINGERPRINT.split("-")[1]})
+
+    async def _get_behavior(self, request: Request) -> Response:
+        return _json(self.behavior.to_dict())
+
+    async def _set_behavior(self, request: Request) -> Response:
+        try:
+            changes = json.loads(await request.body())
+            if not isinstance(changes, dict):
+                raise ValueError("expected a JSON object of Behavior fields")
+            self.behavior.update(**changes)
+        except ValueError as exc:
+            return _error(400, str(exc))
+        return _json(self.behavior.to_dict())
+
+    async def _reset(self, request: Request) -> Response:
+        self.reset()
+        return _json(self.behavior.to_dict())
+
+    async def _requests(self, request: Request) -> Response:
+        if request.query_params.get("full"):
+            return _json(self.request_log)
+        return _json(self.requests)
+
+    async def _stats(self, request: Request) -> Response:
+        return _json(self.stats)
+
+
+def create_fake_vllm(
+    behavior: Behavior | None = None,
+    *,
+    max_model_len: int = DEFAULT_MAX_MODEL_LEN,
+    default_reply_tokens: int = DEFAULT_REPLY_TOKENS,
+    root: str = DEFAULT_ROOT,
+    tokenizer: ToyTokenizer | None = None,
+    **behavior_fields: Any,
+) -> Starlette:
+    """Build the fake's ASGI app. ``behavior_fields`` set :class:`Behavior` fields, and those
+    values are what ``POST /_fake/reset`` restores."""
+    return FakeVLLM(
+        behavior,
+        max_model_len=max_model_len,
+        default_reply_tokens=default_reply_tokens,
+        root=root,
+        tokenizer=tokenizer,
+        **behavior_fields,
+    ).app
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    import uvicorn
+
+    parser = argparse.ArgumentParser(description="Run the vLLM-shaped fake upstream.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8023)
+    parser.add_argument("--reply-tokens", type=int, default=None, help="exact completion length")
+    parser.add_argument("--max-model-len", type=int, default=DEFAULT_MAX_MODEL_LEN)
+    parser.add_argument("--served-model-name", nargs="+", default=[DEFAULT_MODEL])
+    parser.add_argument("--raw-logprobs", action="store_true")
+    parser.add_argument("--log-level", default="warning")
+    args = parser.parse_args(argv)
+    app = create_fake_vllm(
+        max_model_len=args.max_model_len,
+        reply_tokens=args.reply_tokens,
+        served_models=list(args.served_model_name),
+        raw_logprobs=args.raw_logprobs,
+    )
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""``rollwire proxy`` as a user runs it: a real subprocess, the openai SDK, the rollout document."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+
+from tests.fakes.serve import serve_in_thread
+from tests.fakes.vllm import FakeVLLM
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run(*args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "rollwire", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        **kw,
+    )
+
+
+@pytest.fixture
+def fake_url() -> Iterator[str]:
+    with serve_in_thread(FakeVLLM().app) as url:
+        yield url
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"proxy exited {proc.returncode}: {proc.stderr.read()}")
+        try:
+            if httpx.get(f"{url}/health", timeout=1.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError("proxy did not become healthy")
+
+
+def test_proxy_command_serves_the_sdk_and_exports_a_trainable_rollout(fake_url):
+    port = _free_port()
+    proc = _run("proxy", "--llm-url", fake_url, "--port", str(port))
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(url, proc)
+        assert httpx.get(f"{url}/health").json()["capture_level"] == "tokens"
+        sid = httpx.post(f"{url}/sessions").json()["session_id"]
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key=sid, max_retries=0)
+        messages = [{"role": "user", "content": "hello"}]
+        r = client.chat.completions.create(model="any", messages=messages)
+        messages += [
+            {"role": "assistant", "content": r.choices[0].message.content},
+            {"role": "user", "content": "more"},
+        ]
+        client.chat.completions.create(model="any", messages=messages)
+        doc = httpx.get(f"{url}/sessions/{sid}/rollout").json()
+        (seq,) = doc["sequences"]
+        assert seq["trainable"] and len(seq["input_ids"]) == len(seq["loss_mask"]) == len(
+            seq["logprobs"]
+        )
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert "tier tokens: TRAIN" in proc.stderr.read()
+
+
+def test_llm_url_is_required_with_no_fallback():
+    env = {
+        **os.environ,
+        "OPENAI_BASE_URL": "http://127.0.0.1:1/v1",
+        "LLM_URL": "http://127.0.0.1:1",
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", "rollwire", "proxy"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert out.returncode == 2 and "--llm-url" in out.stderr
+
+
+def test_binding_beyond_loopback_needs_an_admin_key():
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rollwire",
+            "proxy",
+            "--llm-url",
+            "http://127.0.0.1:9",
+            "--host",
+            "0.0.0.0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2 and "--admin-key" in out.stderr
+
+
+def test_unreachable_endpoint_fails_fast_with_a_clear_message():
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rollwire",
+            "proxy",
+            "--llm-url",
+            "http://127.0.0.1:9",
+            "--port",
+            str(_free_port()),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode != 0 and "cannot reach upstream" in out.stderr
+
+
+def test_port_owned_by_another_process_is_refused(fake_url):
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        out = subprocess.run(
+            [sys.executable, "-m", "rollwire", "proxy", "--llm-url", fake_url, "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert out.returncode != 0 and "choose another --port" in out.stderr

@@ -1,0 +1,557 @@
+"""The vLLM-shaped fake upstream must look like the real vLLM fixtures and keep its promises."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.fakes.serve import serve_in_thread
+from tests.fakes.vllm import (
+    EOS_ID,
+    IM_START_ID,
+    NEWLINE_ID,
+    TOKENIZER,
+    FakeVLLM,
+    create_fake_vllm,
+    render_chat,
+    tool_call_text,
+)
+
+FIXTURES = next(
+    (
+        p
+        for p in (
+            Path(__file__).parent / "fixtures" / "vllm-cpu",
+            Path("/work/shared/fixtures/vllm-cpu"),
+        )
+        if p.is_dir()
+    ),
+    Path(__file__).parent / "fixtures" / "vllm-cpu",
+)
+CHAT = "/v1/chat/completions"
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather for a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "description": "City name"}},
+            "required": ["city"],
+        },
+    },
+}
+BASE = {
+    "model": "smol",
+    "messages": [{"role": "user", "content": "Write one sentence about the sea."}],
+    "max_tokens": 24,
+    "temperature": 1.0,
+    "seed": 1234,
+    "logprobs": True,
+    "top_logprobs": 3,
+    "return_token_ids": True,
+}
+
+
+def fixture(name: str) -> dict[str, Any]:
+    path = FIXTURES / name
+    if not path.exists():
+        pytest.skip(f"fixture {path} not available")
+    return json.loads(path.read_text())
+
+
+def shape(obj: Any) -> Any:
+    """Key structure: dicts keep their keys, lists keep the shape of their first element."""
+    if isinstance(obj, dict):
+        return {k: shape(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [shape(obj[0])] if obj and isinstance(obj[0], dict | list) else "list"
+    return None
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[FakeVLLM, str]]:
+    app = create_fake_vllm()
+    with serve_in_thread(app) as url:
+        yield app.state.fake, url
+
+
+@pytest.fixture
+def fake(server: tuple[FakeVLLM, str]) -> FakeVLLM:
+    server[0].reset()
+    return server[0]
+
+
+@pytest.fixture
+def http(server: tuple[FakeVLLM, str], fake: FakeVLLM) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server[1], timeout=10) as client:
+        yield client
+
+
+@pytest.fixture
+def sdk(server: tuple[FakeVLLM, str], fake: FakeVLLM) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server[1] + "/v1", api_key="x", max_retries=0)
+
+
+def chat(http: httpx.Client, **overrides: Any) -> dict[str, Any]:
+    r = http.post(CHAT, json={**BASE, **overrides})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+# ----------------------------------------------------------------------------- shapes
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides"),
+    [
+        ("02_chat_T1.0_token_ids_logprobs.json", {}),
+        ("09_chat_T1.0_without_return_token_ids.json", {"return_token_ids": None}),
+        ("07b_n2_with_return_token_ids_accepted.json", {"n": 2}),
+        ("07d_unknown_extra_param_accepted.json", {"frobnicate_level": 3}),
+    ],
+)
+def test_chat_body_shape_matches_fixture(http: httpx.Client, name: str, overrides: dict) -> None:
+    fx = fixture(name)
+    r = http.post(CHAT, json=fx["request"]["body"])
+    assert r.status_code == 200
+    assert r.headers["content-type"] == "application/json"
+    body, expected = r.json(), fx["response"]["body"]
+    assert list(body) == list(expected)
+    assert list(body["choices"][0]) == list(expected["choices"][0])
+    assert list(body["choices"][0]["message"]) == list(expected["choices"][0]["message"])
+    assert shape(body) == shape(expected)
+    assert body["id"].startswith("chatcmpl-") and len(body["id"]) == len(expected["id"])
+    assert (body["object"], body["model"]) == ("chat.completion", "smol")
+    assert body["system_fingerprint"] == expected["system_fingerprint"]
+    assert len(body["choices"]) == len(expected["choices"])
+
+
+def test_chat_values_are_consistent(http: httpx.Client) -> None:
+    body = chat(http)
+    ch = body["choices"][0]
+    ids, prompt = ch["token_ids"], body["prompt_token_ids"]
+    assert ch["finish_reason"] == "stop" and ids[-1] == EOS_ID
+    assert prompt[:3] == [IM_START_ID, TOKENIZER.encode("system")[0], NEWLINE_ID]
+    assert prompt[-3:] == [IM_START_ID, *TOKENIZER.encode("assistant"), NEWLINE_ID]
+    assert body["usage"]["prompt_tokens"] == len(prompt)
+    assert body["usage"]["completion_tokens"] == len(ids) == 12
+    assert TOKENIZER.decode(ids) == ch["message"]["content"]
+    assert TOKENIZER.encode(ch["message"]["content"]) == ids[:-1]
+    for tid, entry in zip(ids, ch["logprobs"]["content"], strict=True):
+        assert entry["token"] == f"token_id:{tid}"
+        assert bytes(entry["bytes"]).decode() == TOKENIZER.piece(tid)
+        assert entry["logprob"] <= 0 and len(entry["top_logprobs"]) == 3
+        assert entry["top_logprobs"][0] == {
+            "token": entry["token"],
+            "logprob": entry["logprob"],
+            "bytes": list(entry["token"].encode()),
+        }
+        alts = [t["logprob"] for t in entry["top_logprobs"][1:]]
+        assert alts == sorted(alts, reverse=True)
+    assert chat(http, top_logprobs=0)["choices"][0]["logprobs"]["content"][0]["top_logprobs"] == []
+    assert chat(http, logprobs=False)["choices"][0]["logprobs"] is None
+
+
+def test_openai_sdk_parses_reply(sdk: openai.OpenAI) -> None:
+    r = sdk.chat.completions.create(
+        model="smol",
+        messages=[{"role": "user", "content": "hi"}],
+        logprobs=True,
+        top_logprobs=2,
+        seed=7,
+        extra_body={"return_token_ids": True},
+    )
+    assert r.id.startswith("chatcmpl-") and r.choices[0].finish_reason == "stop"
+    assert r.model_extra["prompt_token_ids"][-1] == NEWLINE_ID
+    ids = r.choices[0].model_extra["token_ids"]
+    assert [e.token for e in r.choices[0].logprobs.content] == [f"token_id:{t}" for t in ids]
+    assert r.usage.completion_tokens == len(ids)
+
+
+def test_deterministic_and_n2(http: httpx.Client) -> None:
+    one = chat(http)["choices"][0]
+    assert chat(http)["choices"][0]["token_ids"] == one["token_ids"]
+    assert chat(http, frobnicate_level=3)["choices"][0]["token_ids"] == one["token_ids"]
+    two = chat(http, n=2)
+    assert [c["index"] for c in two["choices"]] == [0, 1]
+    assert two["choices"][0]["token_ids"] == one["token_ids"]
+    assert two["choices"][1]["token_ids"] != one["token_ids"]
+    assert two["usage"]["completion_tokens"] == 24
+    assert chat(http, seed=99)["choices"][0]["token_ids"] != one["token_ids"]
+
+
+def test_finish_length_without_eos(http: httpx.Client) -> None:
+    fx = fixture("08_finish_length_max_tokens_5.json")
+    body = http.post(CHAT, json=fx["request"]["body"]).json()
+    assert shape(body) == shape(fx["response"]["body"])
+    ch = body["choices"][0]
+    assert ch["finish_reason"] == "length" and len(ch["token_ids"]) == 5
+    assert EOS_ID not in ch["token_ids"] and len(ch["logprobs"]["content"]) == 5
+    assert ch["message"]["content"] == TOKENIZER.decode(ch["token_ids"])
+
+
+def test_reply_tokens_and_ignore_eos(http: httpx.Client, fake: FakeVLLM) -> None:
+    fake.behavior.reply_tokens = 256
+    ch = chat(http, max_tokens=None)["choices"][0]
+    assert len(ch["token_ids"]) == 256 and ch["token_ids"][-1] == EOS_ID
+    assert ch["finish_reason"] == "stop"
+    ch = chat(http, max_tokens=40, ignore_eos=True)["choices"][0]
+    assert len(ch["token_ids"]) == 40 and ch["finish_reason"] == "length"
+    assert EOS_ID not in ch["token_ids"]
+
+
+def test_models_tokenize_detokenize(http: httpx.Client, fake: FakeVLLM) -> None:
+    fx = fixture("01_models.json")
+    models = http.get("/v1/models").json()
+    assert shape(models) == shape(fx["response"]["body"])
+    assert [m["id"] for m in models["data"]] == ["smol"]
+    assert models["data"][0]["max_model_len"] == 2048
+
+    body = chat(http)
+    tok = http.post("/tokenize", json=fixture("11a_tokenize_messages.json")["request"]["body"])
+    assert shape(tok.json()) == shape(fixture("11a_tokenize_messages.json")["response"]["body"])
+    assert tok.json()["tokens"] == body["prompt_token_ids"]
+    ids = body["choices"][0]["token_ids"][:-1]
+    detok = http.post("/detokenize", json={"model": "smol", "tokens": ids}).json()
+    assert detok == {"prompt": body["choices"][0]["message"]["content"]}
+
+    fake.behavior.served_models = ["a", "b"]
+    assert [m["id"] for m in http.get("/v1/models").json()["data"]] == ["a", "b"]
+    r = http.post(CHAT, json={**BASE, "model": "smol"})
+    assert r.status_code == 404
+    assert r.json()["error"]["message"] == "The model `smol` does not exist. Valid aliases: a, b."
+
+
+# ----------------------------------------------------------------------------- template/prefix
+
+
+def test_prefix_property_across_three_turns(sdk: openai.OpenAI) -> None:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Name one fruit."}]
+    prev: list[int] | None = None
+    for turn in range(3):
+        r = sdk.chat.completions.create(
+            model="smol",
+            messages=messages,
+            max_tokens=48,
+            seed=1234,
+            extra_body={"return_token_ids": True},
+        )
+        prompt = r.model_extra["prompt_token_ids"]
+        completion = r.choices[0].model_extra["token_ids"]
+        if prev is not None:
+            assert prompt[: len(prev)] == prev
+            assert prompt[len(prev) : len(prev) + 2] == [NEWLINE_ID, IM_START_ID]
+        assert r.choices[0].finish_reason == "stop" and completion[-1] == EOS_ID
+        prev = prompt + completion
+        messages += [
+            {"role": "assistant", "content": r.choices[0].message.content},
+            {"role": "user", "content": f"And turn {turn + 2}?"},
+        ]
+
+
+def test_noncanonical_split_breaks_prefix_but_not_text(http: httpx.Client, fake: FakeVLLM) -> None:
+    fake.behavior.noncanonical_split = True
+    first = chat(http, max_tokens=16)
+    ids, content = first["choices"][0]["token_ids"], first["choices"][0]["message"]["content"]
+    assert TOKENIZER.decode(ids) == content
+    canonical = TOKENIZER.encode(content)
+    assert len(canonical) == len(ids) - 2  # one piece shorter, and no EOS
+    messages = [*BASE["messages"], {"role": "assistant", "content": content}]
+    second = chat(http, max_tokens=4, messages=[*messages, {"role": "user", "content": "More."}])
+    p1, p2 = first["prompt_token_ids"], second["prompt_token_ids"]
+    assert p2[: len(p1)] == p1
+    assert p2[: len(p1) + len(ids)] != p1 + ids
+    assert p2[len(p1) : len(p1) + len(canonical) + 1] == [*canonical, EOS_ID]
+
+
+def test_template_details() -> None:
+    parts = [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]
+    assert render_chat([{"role": "user", "content": parts}]) == render_chat(
+        [{"role": "user", "content": "a\nb"}]
+    )
+    explicit = render_chat(
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}],
+        add_generation_prompt=False,
+    )
+    assert explicit[:2] == [IM_START_ID, TOKENIZER.encode("system")[0]]
+    assert explicit[3 : 3 + 3] == TOKENIZER.encode("Be brief.")
+    assert explicit[-2:] == [EOS_ID, NEWLINE_ID]
+    text = "Hello,  world_x\n\tdone?! ü"
+    assert TOKENIZER.decode(TOKENIZER.encode(text)) == text
+
+
+# ----------------------------------------------------------------------------- logprobs
+
+
+def _gaps(body: dict[str, Any]) -> list[float]:
+    out = []
+    for entry in body["choices"][0]["logprobs"]["content"]:
+        tops = entry["top_logprobs"]
+        out.append(tops[1]["logprob"] - tops[2]["logprob"])
+        out.append(tops[0]["logprob"] - tops[1]["logprob"])
+    return out
+
+
+@pytest.mark.parametrize(("raw", "ratio"), [(False, 2.0), (True, 1.0)])
+def test_temperature_gap_ratio(http: httpx.Client, fake: FakeVLLM, raw: bool, ratio: float):
+    fake.behavior.raw_logprobs = raw
+    at_1 = chat(http, temperature=1.0, top_logprobs=5)
+    at_half = chat(http, temperature=0.5, top_logprobs=5)
+    assert at_1["choices"][0]["token_ids"] == at_half["choices"][0]["token_ids"]
+    for g1, g05 in zip(_gaps(at_1), _gaps(at_half), strict=True):
+        assert g05 == pytest.approx(ratio * g1, rel=1e-9, abs=1e-12)
+
+
+# ----------------------------------------------------------------------------- streaming
+
+
+def _sse(text: str) -> list[Any]:
+    lines = text.split("\n")
+    assert lines[-2:] == ["", ""]
+    events = lines[:-2]
+    assert all(line == "" for line in events[1::2])
+    assert all(line.startswith("data: ") for line in events[0::2])
+    return [line[6:] if line == "data: [DONE]" else json.loads(line[6:]) for line in events[0::2]]
+
+
+def test_stream_shape_matches_fixture(http: httpx.Client) -> None:
+    fx = fixture("06_chat_stream_T1.0.json")
+    r = http.post(CHAT, json=fx["request"]["body"])
+    assert r.headers["content-type"] == fx["response"]["headers"]["content-type"]
+    got = _sse(r.text)
+    want = _sse("\n".join(fx["response"]["body"]) + "\n")
+    assert got[-1] == want[-1] == "[DONE]"
+    for i in (0, 1, -3, -2):  # role chunk, a token chunk, the last token chunk, the usage chunk
+        assert shape(got[i]) == shape(want[i])
+        assert list(got[i]) == list(want[i])
+        if got[i]["choices"]:
+            assert list(got[i]["choices"][0]) == list(want[i]["choices"][0])
+    assert got[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    tokens = got[1:-2]
+    assert all(len(c["choices"]) == 1 for c in tokens)
+    plain = chat(http, max_tokens=24)
+    ch = plain["choices"][0]
+    assert got[0]["prompt_token_ids"] == plain["prompt_token_ids"]
+    assert [c["choices"][0]["token_ids"][0] for c in tokens] == ch["token_ids"]
+    assert "".join(c["choices"][0]["delta"]["content"] for c in tokens) == ch["message"]["content"]
+    stream_lps = [c["choices"][0]["logprobs"]["content"][0] for c in tokens]
+    assert stream_lps == ch["logprobs"]["content"]
+    assert tokens[-1]["choices"][0]["finish_reason"] == "stop"
+    assert all(c["choices"][0]["finish_reason"] is None for c in tokens[:-1])
+    assert got[-2]["usage"] == {
+        "prompt_tokens": len(plain["prompt_token_ids"]),
+        "total_tokens": len(plain["prompt_token_ids"]) + len(ch["token_ids"]),
+        "completion_tokens": len(ch["token_ids"]),
+    }
+
+
+def test_stream_with_openai_sdk(sdk: openai.OpenAI) -> None:
+    stream = sdk.chat.completions.create(
+        model="smol",
+        messages=[{"role": "user", "content": "hi"}],
+        stream=True,
+        extra_body={"return_token_ids": True},
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text and chunks[-1].choices[0].finish_reason == "stop"
+    assert chunks[0].model_extra["prompt_token_ids"][0] == IM_START_ID
+
+    stream = sdk.chat.completions.create(
+        model="smol",
+        messages=[{"role": "user", "content": "Weather in Oslo?"}],
+        tools=[WEATHER_TOOL],
+        tool_choice="required",
+        stream=True,
+    )
+    calls = [tc for c in stream if c.choices for tc in c.choices[0].delta.tool_calls or []]
+    assert [tc.function.name for tc in calls] == ["get_weather"]
+    assert "city" in json.loads(calls[0].function.arguments)
+
+
+def test_serve_in_thread_stops_cleanly() -> None:
+    with serve_in_thread(create_fake_vllm()) as url:
+        assert httpx.get(url + "/health").status_code == 200
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(url + "/health")
+
+
+# ----------------------------------------------------------------------------- tools
+
+
+def test_named_tool_call_like_05a_and_prefix(http: httpx.Client, fake: FakeVLLM) -> None:
+    fx = fixture("05a_tool_call_named.json")
+    body = http.post(CHAT, json=fx["request"]["body"]).json()
+    assert shape(body) == shape(fx["response"]["body"])
+    ch = body["choices"][0]
+    assert list(ch["message"]) == list(fx["response"]["body"]["choices"][0]["message"])
+    call = ch["message"]["tool_calls"][0]
+    assert ch["message"]["content"] == "" and ch["finish_reason"] == "stop"
+    assert call["id"].startswith("chatcmpl-tool-") and call["type"] == "function"
+    assert call["function"]["name"] == "get_weather"
+    assert isinstance(json.loads(call["function"]["arguments"])["city"], str)
+    ids = ch["token_ids"]
+    assert ids[-1] == EOS_ID
+    assert TOKENIZER.decode(ids) == tool_call_text("get_weather", call["function"]["arguments"])
+    for entry in ch["logprobs"]["content"]:  # forced decoding, like the fixture
+        assert entry["logprob"] == 0.0
+        assert {t["logprob"] for t in entry["top_logprobs"][1:]} == {-9999.0}
+
+    follow = {
+        **fx["request"]["body"],
+        "tool_choice": "auto",
+        "messages": [
+            *fx["request"]["body"]["messages"],
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": call["id"], "content": '{"sky": "cloudy"}'},
+        ],
+    }
+    second = http.post(CHAT, json=follow).json()
+    prev = body["prompt_token_ids"] + ids
+    assert second["prompt_token_ids"][: len(prev)] == prev
+    assert "tool_calls" not in second["choices"][0]["message"]
+
+    fake.behavior.drop_tool_calls_in_history = True  # real SmolLM2 template (fixture 05b)
+    dropped = http.post(CHAT, json=follow).json()["prompt_token_ids"]
+    n = len(body["prompt_token_ids"])
+    assert dropped[: n + 2] == body["prompt_token_ids"] + [EOS_ID, NEWLINE_ID]
+    assert dropped[: len(prev)] != prev
+
+
+def test_tool_call_truncated_by_length_like_05c(http: httpx.Client) -> None:
+    fx = fixture("05c_tool_call_named_truncated_by_length.json")
+    body = http.post(CHAT, json={**fx["request"]["body"], "max_tokens": 10}).json()
+    assert shape(body) == shape(fx["response"]["body"])
+    ch = body["choices"][0]
+    assert ch["finish_reason"] == "length" and "tool_calls" not in ch["message"]
+    assert ch["message"]["content"].startswith("<tool_call>\n")
+    assert ch["message"]["content"] == TOKENIZER.decode(ch["token_ids"])
+
+
+def test_auto_tool_call_on_marker(sdk: openai.OpenAI, fake: FakeVLLM) -> None:
+    def ask(text: str):
+        return sdk.chat.completions.create(
+            model="smol",
+            messages=[{"role": "user", "content": text}],
+            tools=[WEATHER_TOOL],
+            logprobs=True,
+        )
+
+    r = ask("Weather in Paris? CALL_TOOL")
+    assert r.choices[0].message.tool_calls[0].function.name == "get_weather"
+    assert any(e.logprob != 0.0 for e in r.choices[0].logprobs.content)  # not forced
+    assert ask("Weather in Paris?").choices[0].message.tool_calls is None
+    fake.behavior.tool_call_every_turn = True
+    assert ask("Weather in Paris?").choices[0].message.tool_calls is not None
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "07a_err_tools_empty_list.json",
+        "07c_err_unknown_model.json",
+        "07e_err_max_tokens_over_context.json",
+        "07f_err_malformed_json.json",
+        "07g_err_top_logprobs_50.json",
+    ],
+)
+def test_error_bodies_match_fixtures(http: httpx.Client, name: str) -> None:
+    fx = fixture(name)
+    req = fx["request"]
+    if req.get("body_is_raw_text"):
+        headers = {"content-type": "application/json"}
+        r = http.post(req["path"], content=req["body"].encode(), headers=headers)
+    else:
+        r = http.post(req["path"], json=req["body"])
+    assert r.status_code == fx["response"]["status"]
+    assert r.headers["content-type"] == "application/json"
+    assert r.json() == fx["response"]["body"]
+
+
+def test_openai_sdk_raises_on_errors(sdk: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as exc:
+        sdk.chat.completions.create(model="smol", messages=BASE["messages"], tools=[])
+    assert exc.value.body["param"] == "tools"
+    with pytest.raises(openai.NotFoundError):
+        sdk.chat.completions.create(model="nope", messages=BASE["messages"])
+
+
+# ----------------------------------------------------------------------------- misbehaviour
+
+
+def test_logprob_faults(http: httpx.Client, fake: FakeVLLM) -> None:
+    good = chat(http)["choices"][0]
+    fake.behavior.shift_logprobs = True
+    shifted = chat(http)["choices"][0]
+    assert shifted["token_ids"] == good["token_ids"]
+    entries = good["logprobs"]["content"]
+    assert shifted["logprobs"]["content"] == [*entries[1:], entries[0]]
+    fake.reset()
+    fake.behavior.update(null_logprob_at=1, nonfinite_logprob_at=2, positive_logprob_at=3)
+    r = http.post(CHAT, json=BASE)
+    assert "NaN" in r.text
+    content = json.loads(r.text)["choices"][0]["logprobs"]["content"]
+    assert content[1]["logprob"] is None
+    assert math.isnan(content[2]["logprob"])
+    assert content[3]["logprob"] == 0.5
+
+
+def test_response_faults(http: httpx.Client, fake: FakeVLLM) -> None:
+    fake.behavior.no_choices = True
+    assert chat(http)["choices"] == []
+    fake.reset()
+    fake.behavior.ignore_return_token_ids = True
+    body = chat(http)
+    assert body["prompt_token_ids"] is None and body["choices"][0]["token_ids"] is None
+    fake.reset()
+    fake.behavior.reject_param = "seed"
+    r = http.post(CHAT, json=BASE)
+    assert r.status_code == 400
+    assert r.json()["error"]["param"] == "seed"
+    assert r.json()["error"]["type"] == "BadRequestError"
+    fake.reset()
+    fake.behavior.invalid_json = True
+    r = http.post(CHAT, json=BASE)
+    assert r.status_code == 200
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(r.text)
+
+
+def test_control_endpoints_and_injected_failures(http: httpx.Client, fake: FakeVLLM) -> None:
+    r = http.post("/_fake/behavior", json={"fail_status": 500, "fail_count": 2, "delay_s": 0.01})
+    assert r.status_code == 200 and r.json()["fail_count"] == 2
+    assert http.post("/_fake/behavior", json={"no_such_field": 1}).status_code == 400
+    for _ in range(2):
+        r = http.post(CHAT, json=BASE)
+        assert r.status_code == 500
+        err = r.json()["error"]
+        assert err["type"] == "InternalServerError" and err["code"] == 500
+        assert set(err) == {"message", "type", "param", "code"}
+    assert http.post(CHAT, json=BASE).status_code == 200
+    assert http.get("/_fake/requests").json() == [BASE, BASE, BASE]
+    stats = http.get("/_fake/stats").json()
+    assert stats["injected_failures"] == 2 and stats["ok"] == 1 and stats["in_flight"] == 0
+
+    assert http.post("/_fake/reset").json()["fail_status"] is None
+    assert http.get("/_fake/requests").json() == []
+    assert fake.behavior.delay_s == 0.0
+
+
+def test_reset_restores_constructor_behavior() -> None:
+    app = create_fake_vllm(raw_logprobs=True, served_models=["m"], max_model_len=64)
+    fake: FakeVLLM = app.state.fake
+    fake.behavior.raw_logprobs = False
+    fake.reset()
+    assert fake.behavior.raw_logprobs is True and fake.behavior.served_models == ["m"]
+    assert app.state.behavior is fake.behavior
