@@ -351,3 +351,17 @@ def test_text_tier_proxy_produces_eval_rollouts(upstream):
         doc = p.rollout(sid)
     assert doc["rollout_type"] == "eval" and doc["stats"]["trainable_sequences"] == 0
     assert "return_token_ids" not in upstream.fake.requests[0]
+
+
+def test_certified_param_fix_is_applied_to_every_forwarded_request(upstream):
+    upstream.fake.behavior.update(reject_param="top_k")
+    cap, server = start_proxy(upstream.url, param_fixes=("top_k",))
+    with server as url:
+        p = Proxy(cap, url, upstream)
+        sid = p.open_session()
+        p.client(sid).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "x"}]
+        )
+        (turn,) = p.rollout(sid)["turns"]
+    assert "top_k" not in upstream.fake.requests[0]
+    assert "param_fix_applied" in codes(turn["findings"])

@@ -1,33 +1,124 @@
-"""Endpoint certification: which capture tier an endpoint earns, decided by probing.
+"""Endpoint certification (``validate_llm``): may this endpoint produce training data?
 
 ``tokens`` needs evidence: prompt ids, sampled ids and logprobs aligned per position, and the
 logprobs shown to be *processed* (post-temperature). The evidence for the last part: a processed
 logprob is ``log_softmax(logits / T)``, so the gap between two candidates at the same position
 doubles when T halves; a raw logprob does not move. Anything unknown or ambiguous is ``text``.
+
+A provider that answers 400 naming one parameter gets exactly that parameter dropped, the request
+retried, and the edit listed in ``param_fixes``. A name is only ever taken from the request itself:
+never invented from an error's prose.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import re
+import time
+from enum import StrEnum
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from rollwire.capture.dialects.chat import NO_OP_SAMPLING
-from rollwire.capture.findings import Finding, fatal, info, warn
+from rollwire.capture.findings import Finding, fatal, has_fatal, info, warn
 from rollwire.capture.ingest import check_logprobs
 from rollwire.capture.rollout import CaptureLevel
 from rollwire.capture.upstream import Upstream, UpstreamError
 
 PROBE_MESSAGES = [{"role": "user", "content": "Name one colour of the sky."}]
+TOOL_PROBE_MESSAGES = [
+    {"role": "user", "content": "What is the weather in Paris? Use the get_weather tool."}
+]
+TOOL_MANIFEST = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Get the current weather for a city.",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "description": "City name"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
 _GAP_FLOOR = 1e-3  # below this a gap ratio is noise
+_MAX_FIXES = 6
+_UNFIXABLE = frozenset({"model", "messages"})  # without these there is no request at all
 
 
-class TierEvidence(BaseModel):
-    """What the probes showed, and the tier it earns."""
+class Verdict(StrEnum):
+    """The one-word answer in the table."""
 
-    capture_level: CaptureLevel
+    TRAIN = "TRAIN"
+    EVAL_ONLY = "EVAL ONLY"
+    NOT_USABLE = "NOT USABLE"
+
+
+class ParamFix(BaseModel):
+    """One parameter the provider rejected, dropped from every request sent to it."""
+
+    param: str
+    action: Literal["drop"] = "drop"
+    provider_message: str
+
+
+class Certification(BaseModel):
+    """What ``validate_llm`` found about one endpoint."""
+
+    llm_url: str
+    reachable: bool
+    served_models: list[str] = Field(default_factory=list)
+    model: str | None = None
+    capture_level: CaptureLevel = CaptureLevel.TEXT
+    verdict: Verdict = Verdict.NOT_USABLE
     gap_ratio: float | None = None
+    tool_calls: Literal["supported", "not_called", "rejected", "unknown"] = "unknown"
+    param_fixes: list[ParamFix] = Field(default_factory=list)
     findings: list[Finding] = Field(default_factory=list)
+    elapsed_s: float = 0.0
+
+
+def rejected_param(error: Any, body: dict[str, Any]) -> str | None:
+    """The one request field a 400 names, or None when it names none of the request's fields."""
+    err = error.get("error", error) if isinstance(error, dict) else error
+    candidates: list[str] = []
+    if isinstance(err, dict):
+        param = err.get("param")
+        if isinstance(param, str) and param in body:
+            return param
+        message = str(err.get("message") or err.get("detail") or "")
+    else:
+        message = str(err or "")
+    for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", message):
+        if word in body and word not in _UNFIXABLE and word not in candidates:
+            candidates.append(word)
+    return candidates[0] if len(candidates) == 1 else None
+
+
+class _Prober:
+    """Sends probe requests, applying and learning parameter fixes as it goes."""
+
+    def __init__(self, upstream: Upstream) -> None:
+        self.upstream = upstream
+        self.fixes: list[ParamFix] = []
+
+    async def chat(self, body: dict[str, Any]) -> Any:
+        body = dict(body)
+        for _ in range(_MAX_FIXES + 1):
+            for fix in self.fixes:
+                body.pop(fix.param, None)
+            try:
+                return await self.upstream.request_json("POST", "/chat/completions", body)
+            except UpstreamError as exc:
+                if exc.kind != "http" or exc.status not in (400, 422):
+                    raise
+                param = rejected_param(exc.body, body)
+                if param is None or param in _UNFIXABLE or len(self.fixes) >= _MAX_FIXES:
+                    raise
+                self.fixes.append(ParamFix(param=param, provider_message=exc.message))
+        raise AssertionError("unreachable: the loop returns or raises")
 
 
 def _probe_body(model: str, temperature: float) -> dict[str, Any]:
@@ -71,52 +162,187 @@ def gap_ratio(cold: dict[str, float], hot: dict[str, float]) -> float | None:
     return gap_cold / gap_hot
 
 
-async def probe_tier(upstream: Upstream, model: str) -> TierEvidence:
-    """Probe one endpoint/model pair for the tokens tier; any doubt gives ``text``."""
+async def _probe_tier(
+    prober: _Prober, model: str
+) -> tuple[CaptureLevel, float | None, list[Finding]]:
     findings: list[Finding] = []
-    try:
-        hot = await upstream.request_json("POST", "/chat/completions", _probe_body(model, 1.0))
-    except UpstreamError as exc:
-        findings.append(fatal("probe_failed", f"the probe request failed: {exc.message}"))
-        return TierEvidence(capture_level=CaptureLevel.TEXT, findings=findings)
+    text = CaptureLevel.TEXT
+    hot = await prober.chat(_probe_body(model, 1.0))
+    dropped = {f.param for f in prober.fixes}
+    if dropped & {"return_token_ids", "logprobs", "top_logprobs"}:
+        msg = f"the endpoint rejects {sorted(dropped)}: it cannot return token ids and logprobs"
+        findings.append(warn("no_token_ids", msg))
+        return text, None, findings
     choice = (hot.get("choices") or [None])[0] if isinstance(hot, dict) else None
     prompt_ids = hot.get("prompt_token_ids") if isinstance(hot, dict) else None
     sampled = choice.get("token_ids") if isinstance(choice, dict) else None
     if not isinstance(prompt_ids, list) or not isinstance(sampled, list) or not prompt_ids:
-        msg = "the endpoint returns no prompt_token_ids / token_ids (return_token_ids ignored): eval only"
+        msg = "the endpoint returns no prompt_token_ids / token_ids (return_token_ids ignored)"
         findings.append(warn("no_token_ids", msg))
-        return TierEvidence(capture_level=CaptureLevel.TEXT, findings=findings)
+        return text, None, findings
     lp_obj = choice.get("logprobs")
     content = lp_obj.get("content") if isinstance(lp_obj, dict) else lp_obj
     values, lp_findings = check_logprobs(sampled, content, "probe")
-    findings.extend(lp_findings)
+    findings.extend(f.model_copy(update={"node_id": None}) for f in lp_findings)
     if values is None:
-        msg = "token ids are returned but logprobs do not align with them per position: eval only"
+        msg = "token ids are returned but the logprobs do not align with them per position"
         findings.append(warn("logprobs_unaligned", msg))
-        return TierEvidence(capture_level=CaptureLevel.TEXT, findings=findings)
-    try:
-        cold = await upstream.request_json("POST", "/chat/completions", _probe_body(model, 0.5))
-    except UpstreamError as exc:
-        findings.append(warn("probe_failed", f"the T=0.5 probe failed: {exc.message}: eval only"))
-        return TierEvidence(capture_level=CaptureLevel.TEXT, findings=findings)
+        return text, None, findings
+    cold = await prober.chat(_probe_body(model, 0.5))
     ratio = gap_ratio(_first_position(cold), _first_position(hot))
     if ratio is None:
-        msg = "could not compare logprob gaps at T=1.0 and T=0.5 (too few candidates): eval only"
+        msg = "could not compare logprob gaps at T=1.0 and T=0.5 (too few candidates)"
         findings.append(warn("logprob_mode_unknown", msg))
-        return TierEvidence(capture_level=CaptureLevel.TEXT, findings=findings)
+        return text, None, findings
     if 1.8 <= ratio <= 2.2:
-        findings.append(
-            info("logprobs_processed", f"top-candidate gap scales x{ratio:.3f} from T=1.0 to T=0.5")
+        msg = (
+            f"logprobs are processed: the top-candidate gap scales x{ratio:.3f} from T=1.0 to T=0.5"
         )
-        return TierEvidence(capture_level=CaptureLevel.TOKENS, gap_ratio=ratio, findings=findings)
+        findings.append(info("logprobs_processed", msg))
+        return CaptureLevel.TOKENS, ratio, findings
     if 0.9 <= ratio <= 1.1:
         msg = (
             f"logprobs are raw (pre-temperature): the gap moved x{ratio:.3f} when T halved; "
-            "serve vLLM with --logprobs-mode processed_logprobs: eval only"
+            "serve vLLM with --logprobs-mode processed_logprobs"
         )
         findings.append(warn("logprobs_raw", msg))
     else:
-        findings.append(
-            warn("logprob_mode_unknown", f"gap ratio x{ratio:.3f} is neither 1 nor 2: eval only")
+        findings.append(warn("logprob_mode_unknown", f"gap ratio x{ratio:.3f} is neither 1 nor 2"))
+    return text, ratio, findings
+
+
+async def _probe_tools(prober: _Prober, model: str) -> tuple[str, list[Finding]]:
+    body = {
+        "model": model,
+        "messages": TOOL_PROBE_MESSAGES,
+        "tools": TOOL_MANIFEST,
+        "max_tokens": 64,
+    }
+    body["temperature"] = 0.0
+    try:
+        reply = await prober.chat(body)
+    except UpstreamError as exc:
+        msg = (
+            f"the endpoint rejects a tool manifest ({exc.message}): tool-using harnesses will fail"
         )
-    return TierEvidence(capture_level=CaptureLevel.TEXT, gap_ratio=ratio, findings=findings)
+        return "rejected", [warn("tools_rejected", msg)]
+    if "tools" in {f.param for f in prober.fixes}:
+        return "rejected", [warn("tools_rejected", "the endpoint rejects the 'tools' field")]
+    try:
+        calls = reply["choices"][0]["message"].get("tool_calls")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        calls = None
+    if calls:
+        return "supported", [
+            info("tools_supported", "the model answered a tool manifest with a tool call")
+        ]
+    msg = (
+        "the endpoint accepts a tool manifest but the model did not call the tool "
+        "(for vLLM: --enable-auto-tool-choice --tool-call-parser ...)"
+    )
+    return "not_called", [warn("tools_not_called", msg)]
+
+
+async def validate_llm(
+    llm_url: str,
+    *,
+    model: str | None = None,
+    api_key: str | None = None,
+    timeout_s: float = 120.0,
+    probe_tools: bool = True,
+) -> Certification:
+    """Certify one endpoint. Never raises for endpoint trouble: that is what the result says."""
+    start = time.perf_counter()
+    try:
+        upstream = Upstream(llm_url, api_key=api_key, timeout_s=timeout_s)
+    except ValueError as exc:
+        return Certification(
+            llm_url=llm_url, reachable=False, findings=[fatal("bad_url", str(exc))]
+        )
+    try:
+        cert = await _certify(upstream, model, probe_tools)
+    finally:
+        await upstream.aclose()
+    cert.elapsed_s = round(time.perf_counter() - start, 3)
+    return cert
+
+
+async def _certify(upstream: Upstream, model: str | None, probe_tools: bool) -> Certification:
+    cert = Certification(llm_url=upstream.base_url, reachable=True)
+    try:
+        cert.served_models = await upstream.served_models()
+    except UpstreamError as exc:
+        if exc.kind in ("connect", "timeout"):
+            cert.reachable = False
+            cert.findings.append(fatal("not_reachable", f"not reachable: {exc.message}"))
+            return cert
+        cert.findings.append(warn("no_model_list", f"GET /models failed: {exc.message}"))
+    if model:
+        if cert.served_models and model not in cert.served_models:
+            msg = f"model {model!r} is not served; the endpoint serves {cert.served_models}"
+            cert.findings.append(fatal("model_not_served", msg))
+            return cert
+        cert.model = model
+    elif len(cert.served_models) == 1:
+        cert.model = cert.served_models[0]
+    elif not cert.served_models:
+        cert.findings.append(
+            fatal("model_unknown", "the endpoint lists no models: name one with --model")
+        )
+        return cert
+    else:
+        msg = f"the endpoint serves {len(cert.served_models)} models {cert.served_models} and none was named: pass --model"
+        cert.findings.append(warn("model_ambiguous", msg))
+        cert.verdict = Verdict.EVAL_ONLY
+        return cert
+
+    prober = _Prober(upstream)
+    try:
+        level, ratio, tier_findings = await _probe_tier(prober, cert.model)
+    except UpstreamError as exc:
+        cert.findings.append(fatal("chat_failed", f"a plain chat request failed: {exc.message}"))
+        cert.param_fixes = prober.fixes
+        return cert
+    cert.capture_level, cert.gap_ratio = level, ratio
+    cert.findings.extend(tier_findings)
+    if probe_tools:
+        cert.tool_calls, tool_findings = await _probe_tools(prober, cert.model)
+        cert.findings.extend(tool_findings)
+    cert.param_fixes = prober.fixes
+    for fix in prober.fixes:
+        msg = f"the endpoint rejected {fix.param!r}; it is dropped from every request ({fix.provider_message})"
+        cert.findings.append(warn("param_fix", msg))
+    if has_fatal(cert.findings):
+        cert.verdict = Verdict.NOT_USABLE
+    elif cert.capture_level is CaptureLevel.TOKENS:
+        cert.verdict = Verdict.TRAIN
+    else:
+        cert.verdict = Verdict.EVAL_ONLY
+    return cert
+
+
+def render_table(cert: Certification) -> str:
+    """The human table: one row per fact, the verdict first."""
+    rows = [
+        ("verdict", cert.verdict.value),
+        ("endpoint", cert.llm_url),
+        ("reachable", "yes" if cert.reachable else "no"),
+        ("served models", ", ".join(cert.served_models) or "-"),
+        ("model", cert.model or "-"),
+        (
+            "capture tier",
+            f"{cert.capture_level.value} ({'train' if cert.capture_level is CaptureLevel.TOKENS else 'eval only'})",
+        ),
+        (
+            "logprob gap ratio T1/T0.5",
+            f"{cert.gap_ratio:.3f}" if cert.gap_ratio is not None else "-",
+        ),
+        ("tool calls", cert.tool_calls),
+        ("param fixes", ", ".join(f"drop {f.param}" for f in cert.param_fixes) or "none"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
+    if cert.findings:
+        lines.append("findings:")
+        lines.extend(f"  [{f.level}] {f.code}: {f.message}" for f in cert.findings)
+    return "\n".join(lines)

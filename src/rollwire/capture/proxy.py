@@ -45,6 +45,8 @@ class ProxyConfig:
     capture_level: CaptureLevel = CaptureLevel.TEXT
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     timeout_s: float = 600.0
+    # Parameters the endpoint rejected at certification: dropped from every request.
+    param_fixes: tuple[str, ...] = ()
 
 
 def json_response(data: Any, status: int = 200) -> Response:
@@ -238,7 +240,12 @@ class CaptureProxy:
             return _error(exc.status, exc.message, type_="upstream_error", param=exc.param)
         except UpstreamError as exc:
             return self._upstream_failed(session, node_id, exc)
-        prepared = chat.prepare(body, model=model, capture_level=session.capture_level)
+        prepared = chat.prepare(
+            body,
+            model=model,
+            capture_level=session.capture_level,
+            drop_params=self.config.param_fixes,
+        )
         try:
             reply = await self.upstream.request_json("POST", "/chat/completions", prepared.upstream)
         except UpstreamError as exc:

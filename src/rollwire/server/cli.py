@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import ipaddress
 import logging
 import socket
@@ -13,11 +14,9 @@ import anyio
 import httpx
 import uvicorn
 
-from rollwire.capture.certify import probe_tier
-from rollwire.capture.findings import has_fatal
+from rollwire.capture.certify import Certification, Verdict, render_table, validate_llm
 from rollwire.capture.proxy import CaptureProxy, ProxyConfig
 from rollwire.capture.rollout import CaptureLevel
-from rollwire.capture.upstream import Upstream, UpstreamError
 
 log = logging.getLogger("rollwire")
 
@@ -37,35 +36,15 @@ def _say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-async def _preflight(args: argparse.Namespace) -> tuple[str, CaptureLevel]:
-    upstream = Upstream(args.llm_url, api_key=args.api_key, timeout_s=60.0)
-    try:
-        try:
-            served = await upstream.served_models()
-        except UpstreamError as exc:
-            if not args.model:
-                raise SystemExit(f"rollwire proxy: {exc.message}") from None
-            served = [args.model]
-        if args.model:
-            if args.model not in served:
-                raise SystemExit(
-                    f"rollwire proxy: --model {args.model!r} is not served; the endpoint serves {served}"
-                )
-            model = args.model
-        elif len(served) == 1:
-            model = served[0]
-        else:
-            raise SystemExit(
-                f"rollwire proxy: the endpoint serves {served}; choose one with --model"
-            )
-        evidence = await probe_tier(upstream, model)
-    finally:
-        await upstream.aclose()
-    for finding in evidence.findings:
+async def _preflight(args: argparse.Namespace) -> Certification:
+    cert = await validate_llm(args.llm_url, model=args.model, api_key=args.api_key)
+    for finding in cert.findings:
         _say(f"  [{finding.level}] {finding.code}: {finding.message}")
-    if has_fatal(evidence.findings):
-        raise SystemExit(f"rollwire proxy: cannot use {args.llm_url}; see the findings above")
-    return model, evidence.capture_level
+    if cert.verdict is Verdict.NOT_USABLE or cert.model is None:
+        raise SystemExit(
+            f"rollwire proxy: cannot use {args.llm_url}: {cert.verdict.value}; see above"
+        )
+    return cert
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -86,7 +65,8 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 async def _serve_proxy(args: argparse.Namespace) -> None:
-    model, level = await _preflight(args)
+    cert = await _preflight(args)
+    model, level = cert.model, cert.capture_level
     proxy = CaptureProxy(
         ProxyConfig(
             llm_url=args.llm_url,
@@ -95,6 +75,7 @@ async def _serve_proxy(args: argparse.Namespace) -> None:
             admin_key=args.admin_key,
             capture_level=level,
             max_body_bytes=int(args.max_body_mb * 1024 * 1024),
+            param_fixes=tuple(f.param for f in cert.param_fixes),
         )
     )
     sock = _bind(args.host, args.port)
@@ -134,6 +115,28 @@ def _cmd_proxy(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_validate(args: argparse.Namespace) -> int:
+    cert = anyio.run(
+        functools.partial(
+            validate_llm,
+            args.llm_url,
+            model=args.model,
+            api_key=args.api_key,
+            timeout_s=args.timeout,
+            probe_tools=not args.no_tools,
+        )
+    )
+    if args.json:
+        print(cert.model_dump_json(indent=2))
+    else:
+        print(render_table(cert))
+    if cert.verdict is Verdict.NOT_USABLE:
+        return 1
+    if args.require_train and cert.verdict is not Verdict.TRAIN:
+        return 3
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
     parser = argparse.ArgumentParser(prog="rollwire", description=__doc__)
@@ -167,6 +170,26 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-body-mb", type=float, default=8.0, help="largest request body accepted (default 8)"
     )
     p.set_defaults(func=_cmd_proxy)
+
+    v = sub.add_parser(
+        "validate",
+        help="certify an endpoint: TRAIN, EVAL ONLY or NOT USABLE",
+        description=(
+            "Probe an OpenAI-spec endpoint: reachability, served models, capture tier (tokens "
+            "only with evidence of aligned ids and processed logprobs), tool calls, parameter "
+            "fixes. Exit 0 when usable, 1 when not usable, 3 with --require-train and no TRAIN."
+        ),
+    )
+    v.add_argument("--llm-url", required=True, help="the engine's OpenAI base URL")
+    v.add_argument("--model", help="served model to certify (required when several are served)")
+    v.add_argument("--api-key", help="API key for the endpoint, if it needs one")
+    v.add_argument("--json", action="store_true", help="print the result as JSON")
+    v.add_argument("--no-tools", action="store_true", help="skip the tool-call probe")
+    v.add_argument("--timeout", type=float, default=120.0, help="seconds per request (default 120)")
+    v.add_argument(
+        "--require-train", action="store_true", help="exit 3 unless the verdict is TRAIN"
+    )
+    v.set_defaults(func=_cmd_validate)
     return parser
 
 

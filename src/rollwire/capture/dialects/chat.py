@@ -90,7 +90,13 @@ def validate_request(body: Any) -> dict[str, Any]:
     return body
 
 
-def prepare(body: dict[str, Any], *, model: str, capture_level: CaptureLevel) -> Prepared:
+def prepare(
+    body: dict[str, Any],
+    *,
+    model: str,
+    capture_level: CaptureLevel,
+    drop_params: tuple[str, ...] = (),
+) -> Prepared:
     """Build the upstream request for a validated caller request."""
     up = dict(body)
     findings: list[Finding] = []
@@ -136,6 +142,11 @@ def prepare(body: dict[str, Any], *, model: str, capture_level: CaptureLevel) ->
         for knob in _DROPPED_AT_TOKENS:
             if up.pop(knob, None):
                 findings.append(warn("sampling_param_dropped", f"{knob} was requested and dropped"))
+    for param in drop_params:  # the endpoint rejected these at certification
+        if up.pop(param, None) is not None:
+            findings.append(
+                info("param_fix_applied", f"{param!r} dropped: the endpoint rejects it")
+            )
     applied = {k: up[k] for k in RECORDED_PARAMS if k in up}
     return Prepared(
         upstream=up,
