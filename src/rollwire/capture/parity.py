@@ -1,0 +1,248 @@
+"""Logprob parity: are the captured numbers the engine's numbers, at the right positions?
+
+A real multi-turn tool conversation goes through the capture proxy; every trainable turn's ids
+are then re-scored by the same engine (``/v1/completions`` with ``prompt_logprobs``) and the
+captured logprobs are compared position by position. Two negative controls show what a
+misalignment looks like next to the honest residual: the prompt short by one token, and the
+completion rotated by one.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, Field
+
+from rollwire.capture.certify import TOOL_MANIFEST, Verdict, validate_llm
+from rollwire.capture.findings import Finding, fatal, warn
+from rollwire.capture.proxy import CaptureProxy, ProxyConfig
+from rollwire.capture.upstream import Upstream, UpstreamError
+
+SYSTEM = "You are a helpful assistant. Use the get_weather tool when asked about weather."
+QUESTIONS = [
+    "What is the weather like in Paris today?",
+    "Thanks. And how would you describe Paris in one sentence?",
+    "Which city should I visit next, and why?",
+    "Summarise our conversation in one line.",
+]
+TOOL_RESULT = '{"city": "Paris", "temperature_c": 18, "sky": "cloudy"}'
+
+
+class Residuals(BaseModel):
+    """Captured minus re-scored logprob over a set of positions, in nats."""
+
+    check: str
+    positions: int
+    mean_signed: float
+    mean_abs: float
+    max_abs: float
+
+
+class ParityReport(BaseModel):
+    """What ``rollwire parity`` measured."""
+
+    llm_url: str
+    model: str | None = None
+    verdict: str = "NOT RUN"  # PASS, FAIL, NOT RUN
+    temperature: float = 1.0
+    turns: int = 0
+    tool_calls: int = 0
+    trainable_tokens: int = 0
+    honest: Residuals | None = None
+    controls: list[Residuals] = Field(default_factory=list)
+    tolerance: float = 0.0
+    findings: list[Finding] = Field(default_factory=list)
+
+
+def residuals(check: str, captured: list[float], rescored: list[float]) -> Residuals:
+    """Summary statistics of ``captured - rescored``."""
+    diffs = [c - r for c, r in zip(captured, rescored, strict=True)]
+    n = len(diffs)
+    return Residuals(
+        check=check,
+        positions=n,
+        mean_signed=sum(diffs) / n if n else 0.0,
+        mean_abs=sum(abs(d) for d in diffs) / n if n else 0.0,
+        max_abs=max((abs(d) for d in diffs), default=0.0),
+    )
+
+
+async def rescore(
+    upstream: Upstream, model: str, ids: list[int], start: int, temperature: float
+) -> list[float]:
+    """The engine's logprob of ``ids[i]`` for ``i >= start`` (vLLM ``prompt_logprobs``)."""
+    body = {
+        "model": model,
+        "prompt": ids,
+        "max_tokens": 1,
+        "temperature": temperature,
+        "prompt_logprobs": 0,
+        "sequential_from": start,  # the reference engine's exact mode; vLLM ignores it
+    }
+    reply = await upstream.request_json("POST", "/completions", body)
+    entries = reply["choices"][0]["prompt_logprobs"]
+    out: list[float] = []
+    for i in range(start, len(ids)):
+        entry = entries[i]
+        value = entry[str(ids[i])]
+        out.append(float(value["logprob"] if isinstance(value, dict) else value))
+    return out
+
+
+async def _converse(
+    client: httpx.AsyncClient,
+    session_id: str,
+    model: str,
+    turns: int,
+    temperature: float,
+    seed: int,
+) -> int:
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": QUESTIONS[0]},
+    ]
+    calls = 0
+    for k in range(turns):
+        resp = await client.post(
+            "/v1/chat/completions",
+            headers={"Authorization": f"Bearer {session_id}"},
+            json={
+                "model": model,
+                "messages": messages,
+                "tools": TOOL_MANIFEST,
+                "temperature": temperature,
+                "seed": seed + k,
+                "max_tokens": 48,
+            },
+        )
+        resp.raise_for_status()
+        message = resp.json()["choices"][0]["message"]
+        said = {"role": "assistant", "content": message.get("content") or ""}
+        if message.get("tool_calls"):
+            said["tool_calls"] = message["tool_calls"]
+        messages.append(said)
+        for call in message.get("tool_calls") or []:
+            calls += 1
+            messages.append(
+                {"role": "tool", "tool_call_id": call.get("id"), "content": TOOL_RESULT}
+            )
+        if not message.get("tool_calls"):
+            messages.append({"role": "user", "content": QUESTIONS[(k + 1) % len(QUESTIONS)]})
+    return calls
+
+
+async def run_parity(
+    llm_url: str,
+    *,
+    model: str | None = None,
+    api_key: str | None = None,
+    temperature: float = 1.0,
+    turns: int = 3,
+    seed: int = 0,
+    tolerance: float = 1e-3,
+) -> ParityReport:
+    """Capture a conversation through the proxy and re-score it. Never raises for engine trouble."""
+    report = ParityReport(llm_url=llm_url, temperature=temperature, tolerance=tolerance)
+    cert = await validate_llm(llm_url, model=model, api_key=api_key, probe_tools=False)
+    report.model = cert.model
+    if cert.verdict is not Verdict.TRAIN or cert.model is None:
+        report.findings = [
+            *cert.findings,
+            fatal("not_train", f"the endpoint certifies {cert.verdict.value}, not TRAIN"),
+        ]
+        return report
+    upstream = Upstream(llm_url, api_key=api_key)
+    proxy = CaptureProxy(
+        ProxyConfig(
+            llm_url=llm_url,
+            model=cert.model,
+            capture_level=cert.capture_level,
+            param_fixes=tuple(f.param for f in cert.param_fixes),
+        ),
+        upstream=upstream,
+    )
+    try:
+        session = proxy.sessions.open(metadata={"purpose": "parity"})
+        transport = httpx.ASGITransport(app=proxy.app)
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://proxy", timeout=600
+        ) as client:
+            report.tool_calls = await _converse(
+                client, session.session_id, cert.model, turns, temperature, seed
+            )
+        doc = session.document()
+        report.turns = doc.stats.turns
+        captured: list[float] = []
+        honest: list[float] = []
+        short: list[float] = []
+        rotated: list[float] = []
+        for turn in doc.turns:
+            if (
+                not turn.trainable
+                or turn.logprobs is None
+                or not turn.prompt_token_ids
+                or not turn.completion_token_ids
+            ):
+                continue
+            prompt, done = turn.prompt_token_ids, turn.completion_token_ids
+            t = float(turn.applied_params.get("temperature", temperature))
+            captured += turn.logprobs
+            honest += await rescore(upstream, cert.model, prompt + done, len(prompt), t)
+            short += await rescore(upstream, cert.model, prompt[:-1] + done, len(prompt) - 1, t)
+            rot = done[1:] + done[:1]
+            rotated += await rescore(upstream, cert.model, prompt + rot, len(prompt), t)
+        report.findings.extend(f for f in doc.findings if f.level != "INFO")
+    except (UpstreamError, httpx.HTTPError, KeyError, IndexError, TypeError) as exc:
+        report.findings.append(fatal("parity_failed", f"{type(exc).__name__}: {exc}"))
+        return report
+    finally:
+        await upstream.aclose()
+    report.trainable_tokens = len(captured)
+    if not captured:
+        report.findings.append(
+            fatal("nothing_to_compare", "the conversation produced no trainable tokens")
+        )
+        report.verdict = "FAIL"
+        return report
+    report.honest = residuals("honest", captured, honest)
+    report.controls = [
+        residuals("control: prompt short by one token", captured, short),
+        residuals("control: completion rotated by one", captured, rotated),
+    ]
+    separated = all(
+        c.mean_abs > 10 * max(report.honest.mean_abs, tolerance) for c in report.controls
+    )
+    ok = (
+        report.honest.max_abs <= tolerance and separated and all(math.isfinite(x) for x in captured)
+    )
+    if not separated:
+        report.findings.append(
+            warn(
+                "controls_not_separated", "a negative control is within 10x of the honest residual"
+            )
+        )
+    report.verdict = "PASS" if ok else "FAIL"
+    return report
+
+
+def render_report(report: ParityReport) -> str:
+    """The human table."""
+    lines = [
+        f"parity {report.verdict}: {report.llm_url} ({report.model}), T={report.temperature:g}, "
+        f"{report.turns} turns, {report.tool_calls} tool calls, {report.trainable_tokens} trainable tokens re-scored",
+    ]
+    rows = [r for r in [report.honest, *report.controls] if r is not None]
+    if rows:
+        lines.append(
+            f"{'check':38} {'positions':>9} {'mean signed':>12} {'mean |r|':>10} {'max |r|':>10}  (nats)"
+        )
+        for r in rows:
+            lines.append(
+                f"{r.check:38} {r.positions:>9} {r.mean_signed:>12.3e} {r.mean_abs:>10.3e} {r.max_abs:>10.3e}"
+            )
+        lines.append(f"tolerance on the honest max |r|: {report.tolerance:g}")
+    for f in report.findings:
+        lines.append(f"  [{f.level}] {f.code}: {f.message}")
+    return "\n".join(lines)

@@ -1,0 +1,493 @@
+"""``rollwire engine``: an OpenAI-spec server on CPU whose replies have vLLM's shape exactly.
+
+It answers as vLLM does with ``--return-tokens-as-token-ids --logprobs-mode processed_logprobs``:
+top-level ``prompt_token_ids``, ``choices[].token_ids``, logprob entries whose ``token`` reads
+``token_id:N``. A dev/test/demo engine: production points ``--llm-url`` at vLLM or SGLang.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from rollwire.engine.model import EngineError, Generation, ReferenceModel
+from rollwire.engine.toolcalls import parse_calls, prepare_messages
+
+FINGERPRINT = "rollwire-reference-engine"
+MAX_TOP_LOGPROBS = 20
+# The engine samples the full distribution only; anything else would be a silent lie in its logprobs.
+_FULL_DISTRIBUTION = {
+    "top_p": (1.0, None),
+    "top_k": (-1, 0, None),
+    "min_p": (0.0, None),
+    "repetition_penalty": (1.0, None),
+    "presence_penalty": (0.0, None),
+    "frequency_penalty": (0.0, None),
+}
+
+
+def _json(data: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(data), status_code=status, media_type="application/json")
+
+
+def _error(
+    status: int, message: str, *, param: str | None = None, type_: str = "BadRequestError"
+) -> Response:
+    return _json(
+        {"error": {"message": message, "type": type_, "param": param, "code": status}}, status
+    )
+
+
+def _num(body: dict[str, Any], key: str, default: float, *, lo: float | None = None) -> float:
+    value = body.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise EngineError(f"'{key}' must be a number, got {value!r}", param=key)
+    if lo is not None and value < lo:
+        raise EngineError(f"'{key}' must be >= {lo}, got {value!r}", param=key)
+    return float(value)
+
+
+def _int(body: dict[str, Any], key: str, default: int | None, *, lo: int = 0) -> int | None:
+    value = body.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+        raise EngineError(f"'{key}' must be an integer >= {lo}, got {value!r}", param=key)
+    return value
+
+
+class ReferenceEngine:
+    """The Starlette app around one :class:`ReferenceModel`."""
+
+    def __init__(
+        self, model: ReferenceModel, *, served_name: str, raw_logprobs: bool = False
+    ) -> None:
+        self.model = model
+        self.served_name = served_name
+        self.raw_logprobs = raw_logprobs
+        self.created = int(time.time())
+        self._limiter = anyio.CapacityLimiter(1)  # one llama.cpp context: one request at a time
+        self.app = Starlette(
+            routes=[
+                Route("/health", self.health, methods=["GET"]),
+                Route("/v1/models", self.models, methods=["GET"]),
+                Route("/v1/chat/completions", self.chat, methods=["POST"]),
+                Route("/v1/completions", self.completions, methods=["POST"]),
+                Route("/tokenize", self.tokenize, methods=["POST"]),
+                Route("/detokenize", self.detokenize, methods=["POST"]),
+            ]
+        )
+
+    # ---- helpers ------------------------------------------------------------------------------
+
+    async def _body(self, request: Request) -> dict[str, Any]:
+        raw = await request.body()
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise EngineError(f"JSON decode error: {exc}", param="body") from None
+        if not isinstance(body, dict):
+            raise EngineError("the request body must be a JSON object", param="body")
+        model = body.get("model")
+        if model not in (None, self.served_name):
+            raise _NotFound(
+                f"The model `{model}` does not exist. Valid aliases: {self.served_name}."
+            )
+        return body
+
+    def _check_sampling(self, body: dict[str, Any]) -> None:
+        for knob, allowed in _FULL_DISTRIBUTION.items():
+            if knob in body and body[knob] not in allowed:
+                raise EngineError(
+                    f"{knob}={body[knob]!r}: the reference engine samples the full distribution only "
+                    f"(accepted: {[a for a in allowed if a is not None]})",
+                    param=knob,
+                )
+        if body.get("logit_bias"):
+            raise EngineError(
+                "logit_bias is not supported by the reference engine", param="logit_bias"
+            )
+
+    def _logprob_entry(
+        self, token_id: int, logprob: float, top: list[tuple[int, float]]
+    ) -> dict[str, Any]:
+        return {
+            "token": f"token_id:{token_id}",
+            "logprob": logprob,
+            "bytes": list(self.model.piece_bytes(token_id)),
+            "top_logprobs": [
+                {"token": f"token_id:{t}", "logprob": v, "bytes": list(self.model.piece_bytes(t))}
+                for t, v in top
+            ],
+        }
+
+    async def _run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=self._limiter)
+
+    async def _generate(
+        self, prompt_ids: list[int], body: dict[str, Any], index: int
+    ) -> Generation:
+        temperature = _num(body, "temperature", 1.0, lo=0.0)
+        n_ctx = self.model.n_ctx
+        cap = _int(body, "max_completion_tokens", None, lo=1)
+        cap = _int(body, "max_tokens", cap, lo=1)
+        if cap is None:
+            cap = n_ctx - len(prompt_ids)
+        if len(prompt_ids) + cap > n_ctx:
+            raise EngineError(
+                f"max_tokens={cap} cannot be greater than max_model_len={n_ctx} minus the "
+                f"{len(prompt_ids)}-token prompt. Please request fewer output tokens. "
+                f"(parameter=max_tokens, value={cap})",
+                param="max_tokens",
+            )
+        seed = _int(body, "seed", None)
+        top = 0
+        if body.get("logprobs"):
+            top = _int(body, "top_logprobs", 0) or 0
+            if top > MAX_TOP_LOGPROBS:
+                raise EngineError(
+                    f"Requested sample logprobs of {top}, which is greater than max allowed: {MAX_TOP_LOGPROBS} "
+                    f"(parameter=logprobs, value={top})",
+                    param="logprobs",
+                )
+        stop = body.get("stop")
+        stops = [stop] if isinstance(stop, str) else [s for s in (stop or []) if isinstance(s, str)]
+        gen: Generation = await self._run(
+            self.model.generate,
+            prompt_ids,
+            max_tokens=cap,
+            temperature=temperature,
+            seed=None if seed is None else seed + index,
+            top_logprobs=top,
+            stop=stops or None,
+            ignore_eos=bool(body.get("ignore_eos")),
+            report_temperature=1.0 if self.raw_logprobs else temperature,
+        )
+        return gen
+
+    # ---- routes -------------------------------------------------------------------------------
+
+    async def health(self, _request: Request) -> Response:
+        """Liveness."""
+        return _json({"status": "ok", "model": self.served_name})
+
+    async def models(self, _request: Request) -> Response:
+        """``GET /v1/models`` in vLLM's shape."""
+        return _json(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": self.served_name,
+                        "object": "model",
+                        "created": self.created,
+                        "owned_by": "rollwire",
+                        "root": str(self.model.path),
+                        "parent": None,
+                        "max_model_len": self.model.n_ctx,
+                        "permission": [],
+                    }
+                ],
+            }
+        )
+
+    async def tokenize(self, request: Request) -> Response:
+        """``POST /tokenize`` with ``messages`` (chat template) or ``prompt`` (raw text)."""
+        try:
+            body = await self._body(request)
+            if "messages" in body:
+                messages = prepare_messages(body["messages"], body.get("tools"))
+                text = self.model.render(
+                    messages, add_generation_prompt=bool(body.get("add_generation_prompt", True))
+                )
+            elif isinstance(body.get("prompt"), str):
+                text = body["prompt"]
+            else:
+                raise EngineError("send 'messages' or a string 'prompt'", param="messages")
+            ids = self.model.tokenize(text)
+        except EngineError as exc:
+            return _error(400, exc.message, param=exc.param)
+        except _NotFound as exc:
+            return _error(404, str(exc), param="model", type_="NotFoundError")
+        return _json(
+            {
+                "count": len(ids),
+                "max_model_len": self.model.n_ctx,
+                "tokens": ids,
+                "token_strs": None,
+            }
+        )
+
+    async def detokenize(self, request: Request) -> Response:
+        """``POST /detokenize``: ``{"tokens": [...]}`` -> ``{"prompt": text}``."""
+        try:
+            body = await self._body(request)
+            tokens = body.get("tokens")
+            if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+                raise EngineError("'tokens' must be a list of integers", param="tokens")
+        except EngineError as exc:
+            return _error(400, exc.message, param=exc.param)
+        except _NotFound as exc:
+            return _error(404, str(exc), param="model", type_="NotFoundError")
+        return _json({"prompt": self.model.detokenize(tokens)})
+
+    async def chat(self, request: Request) -> Response:
+        """``POST /v1/chat/completions``, vLLM-shaped, optionally streamed."""
+        try:
+            body = await self._body(request)
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not messages:
+                raise EngineError("'messages' must be a non-empty list", param="messages")
+            tools = body.get("tools")
+            if tools is not None and (not isinstance(tools, list) or not tools):
+                raise EngineError(
+                    "`tools` must not be an empty array. Either provide at least one tool or omit the field entirely. (parameter=tools)",
+                    param="tools",
+                )
+            choice = body.get("tool_choice")
+            if choice not in (None, "auto", "none"):
+                raise EngineError(
+                    f"tool_choice={choice!r} is not supported by the reference engine (auto or none)",
+                    param="tool_choice",
+                )
+            self._check_sampling(body)
+            n = _int(body, "n", 1, lo=1) or 1
+            offered = tools if choice != "none" else None
+            text = self.model.render(prepare_messages(messages, offered))
+            prompt_ids = self.model.tokenize(text)
+            gens = [await self._generate(prompt_ids, body, i) for i in range(n)]
+        except EngineError as exc:
+            return _error(400, exc.message, param=exc.param)
+        except _NotFound as exc:
+            return _error(404, str(exc), param="model", type_="NotFoundError")
+        reply = self._chat_reply(body, prompt_ids, gens, parse_tools=bool(offered))
+        if body.get("stream"):
+            return StreamingResponse(
+                self._stream(body, reply, gens), media_type="text/event-stream"
+            )
+        return _json(reply)
+
+    def _chat_reply(
+        self,
+        body: dict[str, Any],
+        prompt_ids: list[int],
+        gens: list[Generation],
+        *,
+        parse_tools: bool,
+    ) -> dict[str, Any]:
+        want_ids = bool(body.get("return_token_ids"))
+        choices = []
+        for i, gen in enumerate(gens):
+            ids = gen.token_ids
+            visible = (
+                ids[:-1]
+                if ids and ids[-1] in self.model.eos_ids and gen.stop_reason is None
+                else ids
+            )
+            content = self.model.detokenize(visible)
+            if isinstance(gen.stop_reason, str):
+                content = (
+                    content[: content.find(gen.stop_reason)]
+                    if gen.stop_reason in content
+                    else content
+                )
+            calls: list[dict[str, Any]] = []
+            if parse_tools:
+                content, calls = parse_calls(content)
+            message: dict[str, Any] = {
+                "role": "assistant",
+                "content": content,
+                "refusal": None,
+                "annotations": None,
+                "audio": None,
+                "function_call": None,
+                "tool_calls": calls,
+                "reasoning": None,
+            }
+            choices.append(
+                {
+                    "index": i,
+                    "message": message,
+                    "logprobs": (
+                        {
+                            "content": [
+                                self._logprob_entry(s.token_id, s.logprob, s.top) for s in gen.steps
+                            ]
+                        }
+                        if body.get("logprobs")
+                        else None
+                    ),
+                    "finish_reason": "tool_calls" if calls else gen.finish_reason,
+                    "stop_reason": gen.stop_reason,
+                    "token_ids": ids if want_ids else None,
+                    "routed_experts": None,
+                }
+            )
+        completion = sum(len(g.steps) for g in gens)
+        return {
+            "id": f"chatcmpl-{secrets.token_hex(8)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.served_name,
+            "choices": choices,
+            "service_tier": None,
+            "system_fingerprint": FINGERPRINT,
+            "usage": {
+                "prompt_tokens": len(prompt_ids),
+                "total_tokens": len(prompt_ids) + completion,
+                "completion_tokens": completion,
+                "prompt_tokens_details": None,
+                "completion_tokens_details": None,
+            },
+            "prompt_logprobs": None,
+            "prompt_token_ids": prompt_ids if want_ids else None,
+            "prompt_text": None,
+            "kv_transfer_params": None,
+        }
+
+    def _stream(
+        self, body: dict[str, Any], reply: dict[str, Any], gens: list[Generation]
+    ) -> Iterator[bytes]:
+        base = {k: reply[k] for k in ("id", "created", "model")} | {
+            "object": "chat.completion.chunk"
+        }
+        want_ids = bool(body.get("return_token_ids"))
+        for choice, gen in zip(reply["choices"], gens, strict=True):
+            first: dict[str, Any] = {
+                **base,
+                "choices": [
+                    {
+                        "index": choice["index"],
+                        "delta": {"role": "assistant", "content": ""},
+                        "logprobs": None,
+                        "finish_reason": None,
+                    }
+                ],
+            }
+            if want_ids:
+                first["prompt_token_ids"] = reply["prompt_token_ids"]
+            yield b"data: " + orjson.dumps(first) + b"\n\n"
+            delta: dict[str, Any] = {"content": choice["message"]["content"]}
+            if choice["message"]["tool_calls"]:
+                delta["tool_calls"] = [
+                    {"index": j, **c} for j, c in enumerate(choice["message"]["tool_calls"])
+                ]
+            chunk = {
+                "index": choice["index"],
+                "delta": delta,
+                "logprobs": choice["logprobs"],
+                "finish_reason": choice["finish_reason"],
+                "stop_reason": gen.stop_reason,
+            }
+            if want_ids:
+                chunk["token_ids"] = gen.token_ids
+            yield b"data: " + orjson.dumps({**base, "choices": [chunk]}) + b"\n\n"
+        options = body.get("stream_options")
+        if isinstance(options, dict) and options.get("include_usage"):
+            yield (
+                b"data: " + orjson.dumps({**base, "choices": [], "usage": reply["usage"]}) + b"\n\n"
+            )
+        yield b"data: [DONE]\n\n"
+
+    async def completions(self, request: Request) -> Response:
+        """``POST /v1/completions``: a token-id or text prompt; ``prompt_logprobs`` re-scores it.
+
+        ``sequential_from`` (an extension; vLLM ignores unknown fields) evaluates positions below it
+        in one batch and the rest one token at a time, exactly as a chat generation did, so a
+        captured turn re-scores without batching noise.
+        """
+        try:
+            body = await self._body(request)
+            prompt = body.get("prompt")
+            if isinstance(prompt, str):
+                ids = self.model.tokenize(prompt)
+            elif (
+                isinstance(prompt, list)
+                and prompt
+                and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
+            ):
+                ids = list(prompt)
+            else:
+                raise EngineError(
+                    "'prompt' must be a string or a non-empty list of token ids", param="prompt"
+                )
+            self._check_sampling(body)
+            temperature = _num(body, "temperature", 1.0, lo=0.0)
+            want_prompt_lps = body.get("prompt_logprobs") is not None
+            scores: list[tuple[float, int]] = []
+            start = 1
+            if want_prompt_lps:
+                start = _int(body, "sequential_from", 1, lo=1) or 1
+                scores = await self._run(self.model.score, ids, start, temperature)
+            max_tokens = _int(body, "max_tokens", 16, lo=0) or 0
+            gen = (
+                await self._generate(ids, {**body, "max_tokens": max_tokens}, 0)
+                if max_tokens
+                else None
+            )
+        except EngineError as exc:
+            return _error(400, exc.message, param=exc.param)
+        except _NotFound as exc:
+            return _error(404, str(exc), param="model", type_="NotFoundError")
+        prompt_lps: list[Any] | None = None
+        if want_prompt_lps:
+            prompt_lps = [None] * start
+            for tid, (lp, rank) in zip(ids[start:], scores, strict=True):
+                prompt_lps.append(
+                    {
+                        str(tid): {
+                            "logprob": lp,
+                            "rank": rank,
+                            "decoded_token": self.model.piece(tid),
+                        }
+                    }
+                )
+        sampled = gen.token_ids if gen else []
+        choice = {
+            "index": 0,
+            "text": self.model.detokenize(sampled) if sampled else "",
+            "logprobs": None,
+            "finish_reason": gen.finish_reason if gen else "length",
+            "stop_reason": gen.stop_reason if gen else None,
+            "token_ids": sampled if body.get("return_token_ids") else None,
+            "prompt_logprobs": prompt_lps,
+            "prompt_token_ids": ids if body.get("return_token_ids") else None,
+        }
+        return _json(
+            {
+                "id": f"cmpl-{secrets.token_hex(8)}",
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": self.served_name,
+                "choices": [choice],
+                "service_tier": None,
+                "system_fingerprint": FINGERPRINT,
+                "usage": {
+                    "prompt_tokens": len(ids),
+                    "total_tokens": len(ids) + len(sampled),
+                    "completion_tokens": len(sampled),
+                },
+            }
+        )
+
+
+class _NotFound(Exception):
+    pass
+
+
+def create_engine_app(
+    model: ReferenceModel, *, served_name: str, raw_logprobs: bool = False
+) -> Starlette:
+    """The engine as an ASGI app."""
+    return ReferenceEngine(model, served_name=served_name, raw_logprobs=raw_logprobs).app

@@ -1,0 +1,122 @@
+"""Hermes-style tool calls for a chat template that has no tool section (SmolLM2's).
+
+The manifest is described in the system message; the model answers a call as
+``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``; history renders a call the same way,
+so a conversation keeps its exact token prefix when the model wrote canonical JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from typing import Any
+
+from rollwire.engine.model import EngineError
+
+_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+
+
+def text_of(content: Any, where: str) -> str:
+    """Message content as plain text; non-text parts are refused (this engine reads text only)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for i, part in enumerate(content):
+            if not isinstance(part, dict) or part.get("type") != "text":
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise EngineError(
+                    f"{where}.content[{i}] is {kind!r}: the reference engine reads text only",
+                    param=where,
+                )
+            parts.append(str(part.get("text", "")))
+        return "".join(parts)
+    raise EngineError(f"{where}.content must be a string or a list of text parts", param=where)
+
+
+def call_text(name: str, arguments: Any) -> str:
+    """How one call is written by the model and rendered in history."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            pass
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
+def manifest_prompt(tools: list[dict[str, Any]]) -> str:
+    """The system-prompt section that offers the tools."""
+    specs = "\n".join(json.dumps(t.get("function", t)) for t in tools)
+    return (
+        "You may call one or more functions to assist with the user query. "
+        "Function signatures are within <tools></tools> XML tags:\n<tools>\n"
+        f"{specs}\n</tools>\n"
+        "For each function call, return a JSON object with the function name and arguments "
+        'within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, '
+        '"arguments": <args-json-object>}\n</tool_call>'
+    )
+
+
+def prepare_messages(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+) -> list[dict[str, Any]]:
+    """Messages as the template expects them: text content, calls written out, tools offered."""
+    out: list[dict[str, Any]] = []
+    for i, message in enumerate(messages):
+        where = f"messages[{i}]"
+        role = message.get("role")
+        if not isinstance(role, str):
+            raise EngineError(f"{where} has no string 'role'", param=where)
+        text = text_of(message.get("content"), where)
+        calls = message.get("tool_calls") or []
+        if role == "assistant" and calls:
+            written = [
+                call_text(
+                    (c.get("function") or {}).get("name", ""),
+                    (c.get("function") or {}).get("arguments"),
+                )
+                for c in calls
+            ]
+            text = "\n".join([text, *written]) if text else "\n".join(written)
+        out.append({"role": role, "content": text})
+    if tools:
+        section = manifest_prompt(tools)
+        if out and out[0]["role"] == "system":
+            out[0] = {"role": "system", "content": f"{out[0]['content']}\n\n{section}"}
+        else:
+            out.insert(0, {"role": "system", "content": section})
+    return out
+
+
+def parse_calls(text: str) -> tuple[str, list[dict[str, Any]]]:
+    """Split generated text into content and OpenAI-shaped tool calls (invalid JSON stays text)."""
+    calls: list[dict[str, Any]] = []
+    kept: list[str] = []
+    last = 0
+    for match in _CALL.finditer(text):
+        try:
+            obj = json.loads(match.group(1))
+        except ValueError:
+            continue
+        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+            continue
+        kept.append(text[last : match.start()])
+        last = match.end()
+        args = obj.get("arguments", {})
+        calls.append(
+            {
+                "id": f"chatcmpl-tool-{secrets.token_hex(8)}",
+                "type": "function",
+                "function": {
+                    "name": obj["name"],
+                    "arguments": args if isinstance(args, str) else json.dumps(args),
+                },
+            }
+        )
+    if not calls:
+        return text, []
+    kept.append(text[last:])
+    return "".join(kept).strip(), calls
