@@ -1,8 +1,37 @@
-"""Shared test configuration: async tests run on anyio's pytest plugin (asyncio backend)."""
+"""Shared fixtures: anyio's pytest plugin (asyncio) and one real reference engine per session."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
 
 import pytest
+
+from rollwire.engine.model import ReferenceModel
+from rollwire.engine.server import create_engine_app
+from tests.fakes.serve import serve_in_thread
+
+SERVED = "SmolLM2-135M-Instruct"
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def reference_model() -> ReferenceModel:
+    """SmolLM2-135M-Instruct on CPU through llama.cpp (loads in well under a second)."""
+    return ReferenceModel(n_ctx=4096)
+
+
+@pytest.fixture(scope="session")
+def engine_url(reference_model: ReferenceModel) -> Iterator[str]:
+    with serve_in_thread(create_engine_app(reference_model, served_name=SERVED)) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def raw_engine_url(reference_model: ReferenceModel) -> Iterator[str]:
+    app = create_engine_app(reference_model, served_name=SERVED, raw_logprobs=True)
+    with serve_in_thread(app) as url:
+        yield url

@@ -147,3 +147,53 @@ def test_port_owned_by_another_process_is_refused(fake_url):
             timeout=60,
         )
     assert out.returncode != 0 and "choose another --port" in out.stderr
+
+
+@pytest.mark.slow
+def test_engine_then_validate_prints_train_and_parity_passes():
+    port = _free_port()
+    proc = _run("engine", "--port", str(port), "--max-model-len", "2048")
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(url, proc, timeout=120)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "rollwire",
+                "validate",
+                "--llm-url",
+                f"{url}/v1",
+                "--require-train",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert out.stdout.splitlines()[0].split() == ["verdict", "TRAIN"]
+        out = subprocess.run(
+            [sys.executable, "-m", "rollwire", "parity", "--llm-url", f"{url}/v1", "--turns", "2"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert (
+            out.stdout.startswith("parity PASS")
+            and "control: completion rotated by one" in out.stdout
+        )
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert "dev/test/demo" in proc.stderr.read()
+
+
+def test_engine_help_says_it_is_a_dev_engine():
+    out = subprocess.run(
+        [sys.executable, "-m", "rollwire", "engine", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0 and "vLLM or SGLang" in out.stdout
