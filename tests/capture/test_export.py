@@ -260,3 +260,13 @@ def test_sequences_are_aligned_and_masked_positions_carry_zero(turns):
             if m == 0:
                 assert lp == 0.0
         assert sum(seq.loss_mask) == seq.n_trainable_tokens
+
+
+def test_forced_positions_are_masked_and_listed():
+    t = turn("t1", [1, 2], [3, 4, 5])
+    t.sampled_logprobs = np.array([0.0, -0.5, 0.0])
+    t.certain = t.sampled_logprobs == 0.0
+    doc = export_rollout(build(t))
+    (seq,) = doc.sequences
+    assert seq.loss_mask == [0, 0, 0, 1, 0] and seq.n_trainable_tokens == 1
+    assert records(doc)["t1"].constrained_positions == [0, 2]

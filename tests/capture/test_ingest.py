@@ -121,3 +121,11 @@ def test_text_tier_keeps_messages_and_no_ids():
         request_messages=[{"role": "user", "content": "hi"}],
     )
     assert out.turn is not None and out.turn.prompt_ids is None and out.turn.messages
+
+
+def test_forced_tool_call_positions_are_marked_certain():
+    body = reply("05a_tool_call_named.json")
+    turn = ingest(body).turn
+    lps = [e["logprob"] for e in body["choices"][0]["logprobs"]["content"]]
+    assert turn is not None and turn.certain.tolist() == [lp == 0.0 for lp in lps]
+    assert turn.certain.any()

@@ -177,3 +177,39 @@ async def test_parity_passes_with_controls_far_above_the_honest_residual(engine_
     assert report.honest is not None and report.honest.max_abs <= 1e-3
     for control in report.controls:
         assert control.mean_abs > 100 * max(report.honest.mean_abs, 1e-4)
+
+
+def test_required_tool_choice_forces_the_call_frame_like_vllm(engine_url):
+    tools = [
+        {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    ]
+    body = {
+        "messages": [{"role": "user", "content": "Weather in Paris?"}],
+        "tools": tools,
+        "tool_choice": "required",
+        "max_tokens": 24,
+        "logprobs": True,
+        "top_logprobs": 3,
+        **IDS,
+    }
+    choice = chat(engine_url, **body)["choices"][0]
+    first = choice["logprobs"]["content"][0]
+    assert first["logprob"] == 0.0
+    assert [t["logprob"] for t in first["top_logprobs"][1:]] == [-9999.0, -9999.0]
+    text = httpx.post(f"{engine_url}/detokenize", json={"tokens": choice["token_ids"]}).json()[
+        "prompt"
+    ]
+    assert text.startswith('<tool_call>\n{"name": "get_weather", "arguments":')
+
+
+def test_tool_choice_naming_an_unknown_tool_is_refused(engine_url):
+    tools = [{"type": "function", "function": {"name": "a", "parameters": {}}}]
+    resp = httpx.post(
+        f"{engine_url}/v1/chat/completions",
+        json={
+            "messages": [{"role": "user", "content": "x"}],
+            "tools": tools,
+            "tool_choice": {"type": "function", "function": {"name": "b"}},
+        },
+    )
+    assert resp.status_code == 400 and resp.json()["error"]["param"] == "tool_choice"

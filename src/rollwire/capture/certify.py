@@ -182,9 +182,9 @@ async def _probe_tier(
         return text, None, findings
     lp_obj = choice.get("logprobs")
     content = lp_obj.get("content") if isinstance(lp_obj, dict) else lp_obj
-    values, lp_findings = check_logprobs(sampled, content, "probe")
-    findings.extend(f.model_copy(update={"node_id": None}) for f in lp_findings)
-    if values is None:
+    checked = check_logprobs(sampled, content, "probe")
+    findings.extend(f.model_copy(update={"node_id": None}) for f in checked.findings)
+    if checked.values is None:
         msg = "token ids are returned but the logprobs do not align with them per position"
         findings.append(warn("logprobs_unaligned", msg))
         return text, None, findings

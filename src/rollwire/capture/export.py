@@ -77,6 +77,8 @@ class TurnRecord(BaseModel):
     usage: dict[str, Any] | None
     created_at: float
     messages: list[dict[str, Any]] | None = None
+    # Completion positions forced by constrained decoding (logprob 0.0): masked in sequences.
+    constrained_positions: list[int] = Field(default_factory=list)
 
 
 class RolloutStats(BaseModel):
@@ -219,6 +221,8 @@ def _sequence(
         if ok:
             mask[start:end] = 1
             lps[start:end] = turn.sampled_logprobs
+            if turn.certain is not None:
+                mask[start:end][turn.certain] = 0
         spans.append(TurnSpan(node_id=node.node_id, start=start, end=end, trainable=ok))
         findings.extend(f for f in turn.findings if f.level is not Level.INFO)
     n_train = int(mask.sum())
@@ -375,4 +379,7 @@ def _record(
         usage=turn.usage,
         created_at=turn.created_at,
         messages=turn.messages if level is CaptureLevel.TEXT else None,
+        constrained_positions=np.flatnonzero(turn.certain).tolist()
+        if turn.certain is not None
+        else [],
     )

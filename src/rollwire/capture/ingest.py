@@ -18,7 +18,6 @@ from rollwire.capture.findings import Finding, fatal, info, warn
 from rollwire.capture.rollout import CaptureLevel, Turn, ids_array
 
 _TOKEN_ID_PREFIX = "token_id:"
-_FORCED_ALTERNATIVE = -9000.0  # vLLM shows grammar-masked alternatives at -9999.0
 
 
 @dataclass(frozen=True)
@@ -37,32 +36,38 @@ def _int_list(value: Any) -> list[int] | None:
     return value
 
 
-def check_logprobs(
-    sampled_ids: list[int], content: Any, node_id: str
-) -> tuple[np.ndarray | None, list[Finding]]:
-    """Per-position checks of ``choices[0].logprobs.content`` against the sampled ids.
+@dataclass(frozen=True)
+class CheckedLogprobs:
+    """Per-position logprobs that passed every check (None when any failed), and which
+    positions are certain: logprob exactly 0.0, i.e. forced by constrained decoding."""
 
-    Returns the logprobs (None when any check fails, so the turn is masked) and findings.
-    """
+    values: np.ndarray | None
+    certain: np.ndarray | None
+    findings: list[Finding]
+
+
+def _masked(code: str, message: str, node_id: str) -> CheckedLogprobs:
+    return CheckedLogprobs(None, None, [warn(code, message, node_id)])
+
+
+def check_logprobs(sampled_ids: list[int], content: Any, node_id: str) -> CheckedLogprobs:
+    """Per-position checks of ``choices[0].logprobs.content`` against the sampled ids."""
     if content is None:
-        return None, [
-            warn("missing_logprobs", "the engine returned no logprobs: turn masked", node_id)
-        ]
+        return _masked("missing_logprobs", "the engine returned no logprobs: turn masked", node_id)
     if not isinstance(content, list):
         msg = f"logprobs.content is {type(content).__name__}, not a list: turn masked"
-        return None, [warn("logprobs_malformed", msg, node_id)]
+        return _masked("logprobs_malformed", msg, node_id)
     if len(content) != len(sampled_ids):
         msg = (
             f"{len(content)} logprob entries for {len(sampled_ids)} sampled ids: "
             "turn masked (ids kept as context)"
         )
-        return None, [warn("logprob_length_mismatch", msg, node_id)]
+        return _masked("logprob_length_mismatch", msg, node_id)
     values = np.empty(len(content), dtype=np.float64)
-    forced = 0
     for i, (entry, tid) in enumerate(zip(content, sampled_ids, strict=True)):
         if not isinstance(entry, dict):
             msg = f"logprob entry {i} is {entry!r}: turn's logprobs dropped, ids kept as context"
-            return None, [warn("null_logprob_entry", msg, node_id)]
+            return _masked("null_logprob_entry", msg, node_id)
         token = entry.get("token")
         if not (isinstance(token, str) and token.startswith(_TOKEN_ID_PREFIX)):
             msg = (
@@ -70,17 +75,17 @@ def check_logprobs(
                 "checked against token_ids (serve vLLM with --return-tokens-as-token-ids): "
                 "turn masked"
             )
-            return None, [warn("logprob_tokens_not_ids", msg, node_id)]
+            return _masked("logprob_tokens_not_ids", msg, node_id)
         try:
             entry_id = int(token[len(_TOKEN_ID_PREFIX) :])
         except ValueError:
-            return None, [warn("logprob_id_unparsable", f"entry {i}: {token!r}", node_id)]
+            return _masked("logprob_id_unparsable", f"entry {i}: {token!r}", node_id)
         if entry_id != tid:
             msg = (
                 f"position {i}: logprob entry is for token {entry_id}, token_ids[{i}] is {tid}: "
                 "ids and logprobs are misaligned; turn masked"
             )
-            return None, [warn("logprob_id_mismatch", msg, node_id)]
+            return _masked("logprob_id_mismatch", msg, node_id)
         lp = entry.get("logprob")
         if (
             isinstance(lp, bool)
@@ -89,26 +94,21 @@ def check_logprobs(
             or lp > 0
         ):
             msg = f"position {i}: logprob {lp!r} is not a finite number <= 0; turn masked"
-            return None, [warn("logprob_invalid", msg, node_id)]
+            return _masked("logprob_invalid", msg, node_id)
         values[i] = lp
-        if lp == 0.0:
-            alts = entry.get("top_logprobs") or []
-            others = [
-                a.get("logprob") for a in alts if isinstance(a, dict) and a.get("token") != token
-            ]
-            if others and all(
-                isinstance(o, int | float) and o <= _FORCED_ALTERNATIVE for o in others
-            ):
-                forced += 1
     values.flags.writeable = False
+    # Exactly 0.0 is a forced step (vLLM shows grammar-masked alternatives at -9999.0): no
+    # policy information, and a trainer re-scoring without the grammar would disagree.
+    certain = values == 0.0
+    certain.flags.writeable = False
     findings: list[Finding] = []
-    if forced:
+    if certain.any():
         msg = (
-            f"{forced} of {len(sampled_ids)} tokens were forced by constrained decoding "
-            "(logprob 0.0, alternatives masked): they carry no policy information"
+            f"{int(certain.sum())} of {len(sampled_ids)} tokens have logprob 0.0 (forced by "
+            "constrained decoding): masked, they carry no policy information"
         )
         findings.append(info("constrained_positions", msg, node_id))
-    return values, findings
+    return CheckedLogprobs(values, certain, findings)
 
 
 def reply_message(choice: dict[str, Any]) -> dict[str, Any]:
@@ -147,6 +147,7 @@ def ingest_chat_reply(
     prompt_ids = _int_list(reply.get("prompt_token_ids"))
     sampled_ids = _int_list(choice.get("token_ids"))
     logprobs: np.ndarray | None = None
+    certain: np.ndarray | None = None
     if capture_level is CaptureLevel.TOKENS:
         if prompt_ids is None or sampled_ids is None:
             missing = [
@@ -165,8 +166,9 @@ def ingest_chat_reply(
         else:
             lp_obj = choice.get("logprobs")
             content = lp_obj.get("content") if isinstance(lp_obj, dict) else lp_obj
-            logprobs, lp_findings = check_logprobs(sampled_ids, content, node_id)
-            findings.extend(lp_findings)
+            checked = check_logprobs(sampled_ids, content, node_id)
+            logprobs, certain = checked.values, checked.certain
+            findings.extend(checked.findings)
     finish = choice.get("finish_reason")
     if finish == "length":
         msg = "turn cut by the output cap (finish_reason=length): its tokens are real, its ending is not"
@@ -181,6 +183,7 @@ def ingest_chat_reply(
         prompt_ids=ids_array(prompt_ids) if capture_level is CaptureLevel.TOKENS else None,
         sampled_ids=ids_array(sampled_ids) if capture_level is CaptureLevel.TOKENS else None,
         sampled_logprobs=logprobs,
+        certain=certain,
         finish_reason=finish if isinstance(finish, str) else None,
         model=reply.get("model") if isinstance(reply.get("model"), str) else None,
         auxiliary=auxiliary,

@@ -16,6 +16,7 @@ import httpx
 from pydantic import BaseModel, Field
 
 from rollwire.capture.certify import TOOL_MANIFEST, Verdict, validate_llm
+from rollwire.capture.export import RolloutDocument
 from rollwire.capture.findings import Finding, fatal, warn
 from rollwire.capture.proxy import CaptureProxy, ProxyConfig
 from rollwire.capture.upstream import Upstream, UpstreamError
@@ -28,6 +29,11 @@ QUESTIONS = [
     "Summarise our conversation in one line.",
 ]
 TOOL_RESULT = '{"city": "Paris", "temperature_c": 18, "sky": "cloudy"}'
+PRIOR_CALL = {
+    "id": "call_0",
+    "type": "function",
+    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+}
 
 
 class Residuals(BaseModel):
@@ -54,6 +60,7 @@ class ParityReport(BaseModel):
     controls: list[Residuals] = Field(default_factory=list)
     tolerance: float = 0.0
     findings: list[Finding] = Field(default_factory=list)
+    document: RolloutDocument | None = Field(default=None, exclude=True)  # the captured rollout
 
 
 def residuals(check: str, captured: list[float], rescored: list[float]) -> Residuals:
@@ -102,6 +109,10 @@ async def _converse(
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": QUESTIONS[0]},
+        # A tool exchange the harness already ran: tool-call and tool-result rendering are in
+        # every prompt, whether or not this small model calls a tool itself.
+        {"role": "assistant", "content": "", "tool_calls": [PRIOR_CALL]},
+        {"role": "tool", "tool_call_id": PRIOR_CALL["id"], "content": TOOL_RESULT},
     ]
     calls = 0
     for k in range(turns):
@@ -173,6 +184,7 @@ async def run_parity(
                 client, session.session_id, cert.model, turns, temperature, seed
             )
         doc = session.document()
+        report.document = doc
         report.turns = doc.stats.turns
         captured: list[float] = []
         honest: list[float] = []
@@ -188,11 +200,19 @@ async def run_parity(
                 continue
             prompt, done = turn.prompt_token_ids, turn.completion_token_ids
             t = float(turn.applied_params.get("temperature", temperature))
-            captured += turn.logprobs
-            honest += await rescore(upstream, cert.model, prompt + done, len(prompt), t)
-            short += await rescore(upstream, cert.model, prompt[:-1] + done, len(prompt) - 1, t)
+            # Forced (constrained) positions are masked in training data: compare the rest.
+            forced = set(turn.constrained_positions)
+            keep = [i for i in range(len(done)) if i not in forced]
             rot = done[1:] + done[:1]
-            rotated += await rescore(upstream, cert.model, prompt + rot, len(prompt), t)
+            runs = [
+                (honest, prompt + done, len(prompt)),
+                (short, prompt[:-1] + done, len(prompt) - 1),
+                (rotated, prompt + rot, len(prompt)),
+            ]
+            captured += [turn.logprobs[i] for i in keep]
+            for sink, ids, start in runs:
+                scored = await rescore(upstream, cert.model, ids, start, t)
+                sink += [scored[i] for i in keep]
         report.findings.extend(f for f in doc.findings if f.level != "INFO")
     except (UpstreamError, httpx.HTTPError, KeyError, IndexError, TypeError) as exc:
         report.findings.append(fatal("parity_failed", f"{type(exc).__name__}: {exc}"))

@@ -50,6 +50,8 @@ class Turn:
     sampled_ids: np.ndarray | None
     # None means "not trustworthy": the ids stay as context, the turn is masked.
     sampled_logprobs: np.ndarray | None
+    # Positions of the sampled ids that were forced (logprob exactly 0.0): never loss targets.
+    certain: np.ndarray | None = None
     finish_reason: str | None = None
     dialect: str = "chat"
     model: str | None = None

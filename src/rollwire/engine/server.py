@@ -136,7 +136,7 @@ class ReferenceEngine:
         return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=self._limiter)
 
     async def _generate(
-        self, prompt_ids: list[int], body: dict[str, Any], index: int
+        self, prompt_ids: list[int], body: dict[str, Any], index: int, **constraint: Any
     ) -> Generation:
         temperature = _num(body, "temperature", 1.0, lo=0.0)
         n_ctx = self.model.n_ctx
@@ -173,6 +173,7 @@ class ReferenceEngine:
             stop=stops or None,
             ignore_eos=bool(body.get("ignore_eos")),
             report_temperature=1.0 if self.raw_logprobs else temperature,
+            **constraint,
         )
         return gen
 
@@ -256,17 +257,23 @@ class ReferenceEngine:
                     param="tools",
                 )
             choice = body.get("tool_choice")
-            if choice not in (None, "auto", "none"):
-                raise EngineError(
-                    f"tool_choice={choice!r} is not supported by the reference engine (auto or none)",
-                    param="tool_choice",
-                )
+            forced = forced_tool(choice, tools)
             self._check_sampling(body)
             n = _int(body, "n", 1, lo=1) or 1
             offered = tools if choice != "none" else None
             text = self.model.render(prepare_messages(messages, offered))
             prompt_ids = self.model.tokenize(text)
-            gens = [await self._generate(prompt_ids, body, i) for i in range(n)]
+            constraint: dict[str, Any] = {}
+            if forced is not None:
+                # Constrained like vLLM's named tool_choice: the call's frame is forced, the
+                # arguments are sampled. No trailing space, so the frame tokenises as history does.
+                constraint = {
+                    "forced_prefix": self.model.tokenize(
+                        f'<tool_call>\n{{"name": "{forced}", "arguments":'
+                    ),
+                    "close_json_with": self.model.tokenize("}\n</tool_call>"),
+                }
+            gens = [await self._generate(prompt_ids, body, i, **constraint) for i in range(n)]
         except EngineError as exc:
             return _error(400, exc.message, param=exc.param)
         except _NotFound as exc:
@@ -484,6 +491,28 @@ class ReferenceEngine:
 
 class _NotFound(Exception):
     pass
+
+
+def forced_tool(choice: Any, tools: list[dict[str, Any]] | None) -> str | None:
+    """The function a ``tool_choice`` forces (``required``: the first tool), or None."""
+    names = [(t.get("function") or {}).get("name") for t in tools or []]
+    if choice in (None, "auto", "none"):
+        return None
+    if not names:
+        raise EngineError(f"tool_choice={choice!r} needs a non-empty 'tools'", param="tool_choice")
+    if choice == "required":
+        return names[0]
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        name = (choice.get("function") or {}).get("name")
+        if name in names:
+            return name
+        raise EngineError(
+            f"tool_choice names {name!r}, which is not among the tools {names}", param="tool_choice"
+        )
+    raise EngineError(
+        f"tool_choice={choice!r} must be auto, none, required or a named function",
+        param="tool_choice",
+    )
 
 
 def create_engine_app(

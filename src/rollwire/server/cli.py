@@ -9,15 +9,16 @@ import logging
 import socket
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import anyio
 import httpx
-import uvicorn
 
 from rollwire.capture.certify import Certification, Verdict, render_table, validate_llm
 from rollwire.capture.parity import render_report, run_parity
 from rollwire.capture.proxy import CaptureProxy, ProxyConfig
 from rollwire.capture.rollout import CaptureLevel
+from rollwire.server.serving import BindError, bind, serving, url_of
 
 log = logging.getLogger("rollwire")
 
@@ -49,23 +50,6 @@ async def _preflight(args: argparse.Namespace) -> Certification:
     return cert
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    """Bind the listening socket here, so a taken port is a clear error rather than a traceback."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on connections of such a listener.
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        msg = f"rollwire proxy: cannot bind {host}:{port} ({exc.strerror}); choose another --port"
-        raise SystemExit(msg) from None
-    sock.listen(2048)
-    sock.setblocking(False)
-    return sock
-
-
 async def _serve_proxy(args: argparse.Namespace) -> None:
     cert = await _preflight(args)
     model, level = cert.model, cert.capture_level
@@ -80,18 +64,9 @@ async def _serve_proxy(args: argparse.Namespace) -> None:
             param_fixes=tuple(f.param for f in cert.param_fixes),
         )
     )
-    sock = _bind(args.host, args.port)
-    config = uvicorn.Config(proxy.app, log_level="warning", lifespan="on", access_log=False)
-    server = uvicorn.Server(config)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(server.serve, [sock])
-        while not server.started:
-            if server.should_exit:
-                return
-            await anyio.sleep(0.05)
-        host = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
-        port = sock.getsockname()[1]
-        url = f"http://{host}:{port}"
+    sock = _open(args.host, args.port)
+    async with serving(proxy.app, sock, stop_on_exit=False) as server:
+        url = url_of(sock)
         # A healthy answer from someone else's server on our port would mint sessions nobody honours.
         async with httpx.AsyncClient(timeout=5.0) as client:
             health = (await client.get(f"{url}/health")).json()
@@ -107,6 +82,19 @@ async def _serve_proxy(args: argparse.Namespace) -> None:
         _say(
             f"  open a session: curl -X POST {url}/sessions ; then use its session_id as the API key"
         )
+
+
+def _open(host: str, port: int) -> socket.socket:
+    try:
+        return bind(host, port)
+    except BindError as exc:
+        raise SystemExit(f"rollwire: {exc}") from None
+
+
+async def _serve_engine(app: object, host: str, port: int, banner: str) -> None:
+    sock = _open(host, port)
+    async with serving(app, sock, stop_on_exit=False):
+        _say(banner.format(url=url_of(sock)))
 
 
 def _cmd_proxy(args: argparse.Namespace) -> int:
@@ -142,23 +130,6 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 DEFAULT_ENGINE_PORT = 8000
 
 
-def _serve(app: object, host: str, port: int, banner: str) -> None:
-    """Serve an ASGI app on a socket we bound ourselves, then say where."""
-    sock = _bind(host, port)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
-
-    async def run() -> None:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(server.serve, [sock])
-            while not server.started:
-                if server.should_exit:
-                    return
-                await anyio.sleep(0.05)
-            _say(banner.format(url=f"http://{host}:{sock.getsockname()[1]}"))
-
-    anyio.run(run)
-
-
 def _cmd_engine(args: argparse.Namespace) -> int:
     try:
         from rollwire.engine.model import ReferenceModel
@@ -180,7 +151,7 @@ def _cmd_engine(args: argparse.Namespace) -> int:
         f"from {model.path.name}, logprobs {args.logprobs_mode}, on {{url}}\n"
         "  next: rollwire validate --llm-url {url}/v1"
     )
-    _serve(app, args.host, args.port, banner)
+    anyio.run(_serve_engine, app, args.host, args.port, banner)
     return 0
 
 
@@ -199,6 +170,26 @@ def _cmd_parity(args: argparse.Namespace) -> int:
     )
     print(report.model_dump_json(indent=2) if args.json else render_report(report))
     return 0 if report.verdict == "PASS" else 1
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    try:
+        from rollwire.server.demo import run_demo
+
+        return anyio.run(
+            functools.partial(
+                run_demo,
+                Path(args.out),
+                turns=args.turns,
+                temperature=args.temperature,
+                seed=args.seed,
+            )
+        )
+    except ImportError as exc:
+        _say(
+            f"rollwire demo: the engine extra is not installed ({exc}); run: uv run --extra engine rollwire demo"
+        )
+        return 2
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -311,6 +302,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     q.add_argument("--json", action="store_true", help="print the report as JSON")
     q.set_defaults(func=_cmd_parity)
+
+    d = sub.add_parser(
+        "demo",
+        help="the whole capture path on the embedded CPU engine (no GPU, no account)",
+        description=(
+            "Start the reference engine, certify it, capture a multi-turn tool conversation "
+            "through the proxy, write the rollout document and check parity. Needs the engine extra."
+        ),
+    )
+    d.add_argument("--out", default="rollout.json", help="where to write the rollout document")
+    d.add_argument("--turns", type=int, default=3, help="model calls (default 3)")
+    d.add_argument(
+        "--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)"
+    )
+    d.add_argument("--seed", type=int, default=0, help="first seed")
+    d.set_defaults(func=_cmd_demo)
     return parser
 
 
