@@ -129,3 +129,12 @@ def test_forced_tool_call_positions_are_marked_certain():
     lps = [e["logprob"] for e in body["choices"][0]["logprobs"]["content"]]
     assert turn is not None and turn.certain.tolist() == [lp == 0.0 for lp in lps]
     assert turn.certain.any()
+
+
+@pytest.mark.parametrize("bad", [True, 1.0, -1, None, "5"])
+def test_ids_that_are_not_non_negative_ints_make_the_turn_unlinkable(bad):
+    body = reply("02_chat_T1.0_token_ids_logprobs.json")
+    body["prompt_token_ids"][3] = bad
+    turn = ingest(body).turn
+    assert turn is not None and turn.prompt_ids is None
+    assert "missing_token_ids" in codes(turn.findings)

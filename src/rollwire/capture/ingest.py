@@ -28,12 +28,21 @@ class Ingested:
     findings: list[Finding]
 
 
-def _int_list(value: Any) -> list[int] | None:
+def engine_ids(value: Any) -> np.ndarray | None:
+    """Engine token ids as an array, or None unless ``value`` is a list of non-negative ints.
+
+    ``.get(key, default)`` gives None for a present null, and bools and floats are not ids:
+    one C-level pass over the types, the sign checked on the array (a genexpr over a 128k-id
+    prompt dominated ingest: bench/README.md, graph_ingest).
+    """
     if not isinstance(value, list):
         return None
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
+    if value and set(map(type, value)) != {int}:
         return None
-    return value
+    arr = ids_array(value)
+    if arr is None or (len(arr) and arr.min() < 0):
+        return None
+    return arr
 
 
 @dataclass(frozen=True)
@@ -144,11 +153,12 @@ def ingest_chat_reply(
         return Ingested(None, [warn("no_choices", msg)])
     choice = choices[0]
     findings: list[Finding] = list(request_findings or [])
-    prompt_ids = _int_list(reply.get("prompt_token_ids"))
-    sampled_ids = _int_list(choice.get("token_ids"))
+    tokens = capture_level is CaptureLevel.TOKENS
+    prompt_ids = engine_ids(reply.get("prompt_token_ids")) if tokens else None
+    sampled_ids = engine_ids(choice.get("token_ids")) if tokens else None
     logprobs: np.ndarray | None = None
     certain: np.ndarray | None = None
-    if capture_level is CaptureLevel.TOKENS:
+    if tokens:
         if prompt_ids is None or sampled_ids is None:
             missing = [
                 name
@@ -166,7 +176,7 @@ def ingest_chat_reply(
         else:
             lp_obj = choice.get("logprobs")
             content = lp_obj.get("content") if isinstance(lp_obj, dict) else lp_obj
-            checked = check_logprobs(sampled_ids, content, node_id)
+            checked = check_logprobs(choice["token_ids"], content, node_id)
             logprobs, certain = checked.values, checked.certain
             findings.extend(checked.findings)
     finish = choice.get("finish_reason")
@@ -180,8 +190,8 @@ def ingest_chat_reply(
     usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else None
     turn = Turn(
         node_id=node_id,
-        prompt_ids=ids_array(prompt_ids) if capture_level is CaptureLevel.TOKENS else None,
-        sampled_ids=ids_array(sampled_ids) if capture_level is CaptureLevel.TOKENS else None,
+        prompt_ids=prompt_ids,
+        sampled_ids=sampled_ids,
         sampled_logprobs=logprobs,
         certain=certain,
         finish_reason=finish if isinstance(finish, str) else None,

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import orjson
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -391,7 +392,11 @@ class CaptureProxy:
         session = self._lookup(request)
         if isinstance(session, Response):
             return session
-        return json_response(session.document())
+        # An 800-turn export takes seconds: keep the event loop (every other session) serving.
+        body = await anyio.to_thread.run_sync(
+            lambda: orjson.dumps(session.document().model_dump(mode="json"))
+        )
+        return Response(body, media_type="application/json")
 
     async def close_session(self, request: Request) -> Response:
         """``DELETE /sessions/{id}``: forget the session (its key stops working at once)."""

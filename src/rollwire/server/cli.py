@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import ipaddress
 import logging
 import socket
@@ -65,6 +66,10 @@ async def _serve_proxy(args: argparse.Namespace) -> None:
         )
     )
     sock = _open(args.host, args.port)
+    # Startup objects never die: keep them out of full collections (gen-2 pauses of 40-60 ms
+    # under load otherwise, bench/README.md).
+    gc.collect()
+    gc.freeze()
     async with serving(proxy.app, sock, stop_on_exit=False) as server:
         url = url_of(sock)
         # A healthy answer from someone else's server on our port would mint sessions nobody honours.
