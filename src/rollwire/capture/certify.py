@@ -322,26 +322,34 @@ async def _certify(upstream: Upstream, model: str | None, probe_tools: bool) -> 
 
 
 def render_table(cert: Certification) -> str:
-    """The human table: one row per fact, the verdict first."""
-    rows = [
-        ("verdict", cert.verdict.value),
-        ("endpoint", cert.llm_url),
-        ("reachable", "yes" if cert.reachable else "no"),
-        ("served models", ", ".join(cert.served_models) or "-"),
-        ("model", cert.model or "-"),
-        (
-            "capture tier",
-            f"{cert.capture_level.value} ({'train' if cert.capture_level is CaptureLevel.TOKENS else 'eval only'})",
-        ),
-        (
-            "logprob gap ratio T1/T0.5",
-            f"{cert.gap_ratio:.3f}" if cert.gap_ratio is not None else "-",
-        ),
-        ("tool calls", cert.tool_calls),
-        ("param fixes", ", ".join(f"drop {f.param}" for f in cert.param_fixes) or "none"),
+    """The human table: one row for the endpoint, the verdict in the last column, then findings."""
+    tier = cert.capture_level.value if cert.model else "-"
+    header = [
+        "endpoint",
+        "reachable",
+        "model",
+        "tier",
+        "gap T1/T0.5",
+        "tool calls",
+        "param fixes",
+        "verdict",
     ]
-    width = max(len(k) for k, _ in rows)
-    lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
+    row = [
+        cert.llm_url,
+        "yes" if cert.reachable else "no",
+        cert.model
+        or ("(ambiguous: " + ", ".join(cert.served_models) + ")" if cert.served_models else "-"),
+        tier,
+        f"{cert.gap_ratio:.3f}" if cert.gap_ratio is not None else "-",
+        cert.tool_calls,
+        ", ".join(f"drop {f.param}" for f in cert.param_fixes) or "none",
+        cert.verdict.value,
+    ]
+    widths = [max(len(h), len(v)) for h, v in zip(header, row, strict=True)]
+    lines = [
+        "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip(),
+        "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip(),
+    ]
     if cert.findings:
         lines.append("findings:")
         lines.extend(f"  [{f.level}] {f.code}: {f.message}" for f in cert.findings)

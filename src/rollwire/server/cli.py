@@ -197,6 +197,17 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         return 2
 
 
+def _endpoint_args(parser: argparse.ArgumentParser) -> None:
+    """--llm-url (required, no default, no environment fallback), --model, --api-key."""
+    parser.add_argument(
+        "--llm-url",
+        required=True,
+        help="the engine's OpenAI base URL, e.g. http://127.0.0.1:8000/v1",
+    )
+    parser.add_argument("--model", help="served model to use (required when several are served)")
+    parser.add_argument("--api-key", help="API key for the endpoint, if it needs one")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
     parser = argparse.ArgumentParser(prog="rollwire", description=__doc__)
@@ -210,15 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
             "engine's token ids and logprobs of every call. The capture tier is probed at start."
         ),
     )
-    p.add_argument(
-        "--llm-url",
-        required=True,
-        help="the engine's OpenAI base URL, e.g. http://127.0.0.1:8000/v1",
-    )
-    p.add_argument(
-        "--model", help="served model to use (required when the endpoint serves several)"
-    )
-    p.add_argument("--api-key", help="API key for the upstream endpoint, if it needs one")
+    _endpoint_args(p)
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     p.add_argument(
         "--port", type=int, default=DEFAULT_PROXY_PORT, help=f"port (default {DEFAULT_PROXY_PORT})"
@@ -240,9 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
             "fixes. Exit 0 when usable, 1 when not usable, 3 with --require-train and no TRAIN."
         ),
     )
-    v.add_argument("--llm-url", required=True, help="the engine's OpenAI base URL")
-    v.add_argument("--model", help="served model to certify (required when several are served)")
-    v.add_argument("--api-key", help="API key for the endpoint, if it needs one")
+    _endpoint_args(v)
     v.add_argument("--json", action="store_true", help="print the result as JSON")
     v.add_argument("--no-tools", action="store_true", help="skip the tool-call probe")
     v.add_argument("--timeout", type=float, default=120.0, help="seconds per request (default 120)")
@@ -292,9 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
             "by one). Exit 0 on PASS."
         ),
     )
-    q.add_argument("--llm-url", required=True, help="the engine's OpenAI base URL")
-    q.add_argument("--model", help="served model (required when several are served)")
-    q.add_argument("--api-key", help="API key for the endpoint, if it needs one")
+    _endpoint_args(q)
     q.add_argument(
         "--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)"
     )
