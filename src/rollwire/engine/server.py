@@ -19,8 +19,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from rollwire.capture.dialects.hermes import ToolFormatError, parse_calls, prepare_messages
 from rollwire.engine.model import EngineError, Generation, ReferenceModel
-from rollwire.engine.toolcalls import parse_calls, prepare_messages
 
 FINGERPRINT = "rollwire-reference-engine"
 MAX_TOP_LOGPROBS = 20
@@ -217,7 +217,7 @@ class ReferenceEngine:
             else:
                 raise EngineError("send 'messages' or a string 'prompt'", param="messages")
             ids = self.model.tokenize(text)
-        except EngineError as exc:
+        except (EngineError, ToolFormatError) as exc:
             return _error(400, exc.message, param=exc.param)
         except _NotFound as exc:
             return _error(404, str(exc), param="model", type_="NotFoundError")
@@ -237,7 +237,7 @@ class ReferenceEngine:
             tokens = body.get("tokens")
             if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
                 raise EngineError("'tokens' must be a list of integers", param="tokens")
-        except EngineError as exc:
+        except (EngineError, ToolFormatError) as exc:
             return _error(400, exc.message, param=exc.param)
         except _NotFound as exc:
             return _error(404, str(exc), param="model", type_="NotFoundError")
@@ -274,7 +274,7 @@ class ReferenceEngine:
                     "close_json_with": self.model.tokenize("}\n</tool_call>"),
                 }
             gens = [await self._generate(prompt_ids, body, i, **constraint) for i in range(n)]
-        except EngineError as exc:
+        except (EngineError, ToolFormatError) as exc:
             return _error(400, exc.message, param=exc.param)
         except _NotFound as exc:
             return _error(404, str(exc), param="model", type_="NotFoundError")
@@ -443,7 +443,7 @@ class ReferenceEngine:
                 if max_tokens
                 else None
             )
-        except EngineError as exc:
+        except (EngineError, ToolFormatError) as exc:
             return _error(400, exc.message, param=exc.param)
         except _NotFound as exc:
             return _error(404, str(exc), param="model", type_="NotFoundError")

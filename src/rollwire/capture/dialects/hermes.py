@@ -1,8 +1,9 @@
-"""Hermes-style tool calls for a chat template that has no tool section (SmolLM2's).
+"""Hermes-style tool calls written in text, for models and templates with no native tool calls.
 
 The manifest is described in the system message; the model answers a call as
 ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``; history renders a call the same way,
-so a conversation keeps its exact token prefix when the model wrote canonical JSON.
+so a conversation keeps its exact token prefix when the model wrote canonical JSON. Used by the
+reference engine (SmolLM2's template has no tool section) and by the tool loop's text format.
 """
 
 from __future__ import annotations
@@ -12,7 +13,15 @@ import re
 import secrets
 from typing import Any
 
-from rollwire.engine.model import EngineError
+
+class ToolFormatError(ValueError):
+    """A message the text tool format cannot carry; ``param`` names the field."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
 
 _CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 
@@ -28,13 +37,13 @@ def text_of(content: Any, where: str) -> str:
         for i, part in enumerate(content):
             if not isinstance(part, dict) or part.get("type") != "text":
                 kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-                raise EngineError(
+                raise ToolFormatError(
                     f"{where}.content[{i}] is {kind!r}: the reference engine reads text only",
                     param=where,
                 )
             parts.append(str(part.get("text", "")))
         return "".join(parts)
-    raise EngineError(f"{where}.content must be a string or a list of text parts", param=where)
+    raise ToolFormatError(f"{where}.content must be a string or a list of text parts", param=where)
 
 
 def call_text(name: str, arguments: Any) -> str:
@@ -69,7 +78,7 @@ def prepare_messages(
         where = f"messages[{i}]"
         role = message.get("role")
         if not isinstance(role, str):
-            raise EngineError(f"{where} has no string 'role'", param=where)
+            raise ToolFormatError(f"{where} has no string 'role'", param=where)
         text = text_of(message.get("content"), where)
         calls = message.get("tool_calls") or []
         if role == "assistant" and calls:

@@ -6,8 +6,12 @@ import json
 
 import pytest
 
-from rollwire.engine.model import EngineError
-from rollwire.engine.toolcalls import call_text, parse_calls, prepare_messages
+from rollwire.capture.dialects.hermes import (
+    ToolFormatError,
+    call_text,
+    parse_calls,
+    prepare_messages,
+)
 
 TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
@@ -62,7 +66,7 @@ def test_text_parts_are_joined_and_images_refused():
         None,
     )
     assert msg["content"] == "ab"
-    with pytest.raises(EngineError, match=r"messages\[0\]"):
+    with pytest.raises(ToolFormatError, match=r"messages\[0\]"):
         prepare_messages(
             [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}], None
         )

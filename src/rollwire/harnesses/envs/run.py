@@ -1,0 +1,113 @@
+"""One env episode through the capture proxy, start to finish, as a :class:`RolloutResult`.
+
+The proxy runs in-process (its session id is the loop's API key, no port per rollout); the tool
+loop drives the model through it; the environment's verdict is forwarded; the capture becomes
+the rollout document. Every failure is a result: nothing raises out of here.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import httpx
+
+from rollwire.capture.export import RolloutDocument
+from rollwire.capture.findings import fatal, warn
+from rollwire.capture.proxy import CaptureProxy
+from rollwire.capture.upstream import Upstream
+from rollwire.harnesses.envs.registry import TaskError, resolve
+from rollwire.sessions.base import EnvVerdict, ReservedToolName
+from rollwire.sessions.result import RolloutResult, summarise
+from rollwire.sessions.toolloop import LoopLimits, LoopOutcome, run_tool_loop
+
+HARNESS = "rollwire-toolloop"
+
+
+@dataclass
+class EnvRollout:
+    """The result, and the full document when the capture got that far."""
+
+    result: RolloutResult
+    document: RolloutDocument | None
+
+
+def proxy_client(proxy: CaptureProxy, session_id: str) -> Upstream:
+    """An OpenAI-spec client to an in-process proxy, keyed by a capture session."""
+    transport = httpx.ASGITransport(app=proxy.app)
+    return Upstream("http://rollwire-proxy/v1", api_key=session_id, transport=transport)
+
+
+async def run_env_rollout(
+    task: str,
+    *,
+    proxy: CaptureProxy,
+    config: dict[str, Any] | None = None,
+    seed: int | None = None,
+    limits: LoopLimits | None = None,
+    reward_key: str | None = None,
+    episode_id: str | None = None,
+    include_sequences: bool = False,
+) -> EnvRollout:
+    """Run one episode of ``task`` (``family:name``); never raises for task or model trouble."""
+    start = time.perf_counter()
+    rollout_id = episode_id or uuid.uuid4().hex
+    limits = limits or LoopLimits(seed=seed)
+    if limits.seed is None and seed is not None:
+        limits = limits.model_copy(update={"seed": seed})
+    common = {"rollout_id": rollout_id, "task": task, "harness": HARNESS, "seed": seed}
+    try:
+        adapter, name = resolve(task)
+        session = adapter.make_session(name, dict(config or {}), seed=seed, episode_id=rollout_id)
+    except (TaskError, ReservedToolName) as exc:
+        result = summarise(document=None, verdict=None, error=str(exc), **common)
+        return EnvRollout(result, None)
+
+    capture = proxy.sessions.open(metadata={"task": task, "seed": seed, "episode_id": rollout_id})
+    chat = proxy_client(proxy, capture.session_id)
+    outcome: LoopOutcome | None = None
+    verdict: EnvVerdict | None = None
+    error: str | None = None
+    findings = []
+    try:
+        outcome = await run_tool_loop(session, chat, limits)
+        verdict = await session.verify()
+    except Exception as exc:  # an adapter or env bug: a failed result, never a crash upstream
+        error = f"{type(exc).__name__}: {exc}"
+        findings.append(fatal("rollout_failed", error))
+    finally:
+        with anyio.CancelScope(shield=True):
+            try:
+                await session.close()
+            except Exception as exc:
+                findings.append(warn("close_failed", f"closing the environment failed: {exc}"))
+            await chat.aclose()
+    loop_s = time.perf_counter() - start
+    document = await anyio.to_thread.run_sync(capture.document)
+    proxy.sessions.close(capture.session_id)
+    if outcome is not None:
+        for message in outcome.errors:
+            findings.append(warn("model_error", message))
+        if outcome.model_calls == 0 and error is None:
+            error = "the model was never reached: " + (
+                "; ".join(outcome.errors) or outcome.stop_reason
+            )
+    if verdict is not None and verdict.reward is None and verdict.reason:
+        findings.append(warn("no_verdict", verdict.reason))
+    result = summarise(
+        document=document,
+        verdict=verdict,
+        reward_key=reward_key,
+        error=error,
+        extra_findings=findings,
+        include_sequences=include_sequences,
+        param_fixes=list(proxy.config.param_fixes),
+        n_tool_calls=outcome.tool_calls if outcome else 0,
+        stop_reason=outcome.stop_reason if outcome else None,
+        timings={"loop_s": round(loop_s, 4), "total_s": round(time.perf_counter() - start, 4)},
+        **common,
+    )
+    return EnvRollout(result, document)

@@ -1,0 +1,101 @@
+"""What an agent can touch in one episode: tools, and nothing else.
+
+A :class:`ResourceSession` is one episode of an environment seen from the agent's side: the
+messages it starts with, the tools it may call, and (for orchestration only) the environment's
+own verdict. ``reset``, ``step``, ``state`` and ``close`` are orchestration verbs and are never
+tool names.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+RESERVED_TOOL_NAMES = frozenset({"reset", "step", "state", "close"})
+
+
+class ReservedToolName(ValueError):
+    """A tool spec used an orchestration verb as its name."""
+
+
+def refuse_reserved(name: str) -> None:
+    """Raise if ``name`` is an orchestration verb (the agent must never see one)."""
+    if name in RESERVED_TOOL_NAMES:
+        raise ReservedToolName(
+            f"tool name {name!r} is reserved for orchestration ({', '.join(sorted(RESERVED_TOOL_NAMES))}) "
+            "and is never offered to the agent"
+        )
+
+
+class ToolSpec(BaseModel):
+    """One tool as MCP describes it: a name, a description an LLM can act on, a JSON schema."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    description: str
+    input_schema: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )
+
+    def openai(self) -> dict[str, Any]:
+        """The OpenAI chat-completions ``tools`` entry."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.input_schema,
+            },
+        }
+
+
+class ToolResult(BaseModel):
+    """What one tool call returned. ``content`` is what the agent reads; ``error`` is a tool error
+    the agent sees (an illegal move, a bad argument), never an exception."""
+
+    content: str
+    data: Any = None
+    done: bool = False
+    reward: float | None = None  # the step's reward, as the environment reported it
+    error: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class EnvVerdict(BaseModel):
+    """The environment's own judgement of an episode: forwarded, never synthesised.
+
+    ``reward`` is None when the environment never reached a verdict (distinct from 0.0, a wrong
+    answer). ``rewards`` holds every named reward verbatim.
+    """
+
+    reward: float | None
+    rewards: dict[str, float] = Field(default_factory=dict)
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    reason: str | None = None
+
+
+class ResourceSession(abc.ABC):
+    """One episode as the agent sees it. Methods are async: some environments are slow."""
+
+    @abc.abstractmethod
+    async def initial_messages(self) -> list[dict[str, Any]]:
+        """The conversation the agent starts from (starts the episode)."""
+
+    @abc.abstractmethod
+    def list_tools(self) -> list[ToolSpec]:
+        """The tools offered to the agent (never a reserved name)."""
+
+    @abc.abstractmethod
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        """Run one tool call; failures come back as ``ToolResult.error``."""
+
+    @abc.abstractmethod
+    async def verify(self) -> EnvVerdict:
+        """The environment's verdict on the episode so far."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release the environment (idempotent)."""
