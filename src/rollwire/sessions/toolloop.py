@@ -63,11 +63,7 @@ def _arguments(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
 
 
 def _tool_text(result: ToolResult) -> str:
-    return (
-        f"error: {result.error}"
-        if result.error and result.content != result.error
-        else result.content
-    )
+    return f"error: {result.content}" if result.error else result.content
 
 
 def _with_manifest(
