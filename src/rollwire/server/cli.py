@@ -6,6 +6,7 @@ import argparse
 import functools
 import gc
 import ipaddress
+import json
 import logging
 import socket
 import sys
@@ -14,11 +15,13 @@ from pathlib import Path
 
 import anyio
 import httpx
+import orjson
 
 from rollwire.capture.certify import Certification, Verdict, render_table, validate_llm
 from rollwire.capture.parity import render_report, run_parity
 from rollwire.capture.proxy import CaptureProxy, ProxyConfig
 from rollwire.capture.rollout import CaptureLevel
+from rollwire.capture.upstream import Upstream
 from rollwire.server.serving import BindError, bind, serving, url_of
 
 log = logging.getLogger("rollwire")
@@ -208,6 +211,97 @@ def _endpoint_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api-key", help="API key for the endpoint, if it needs one")
 
 
+async def _rollouts(args: argparse.Namespace) -> int:
+    from rollwire.harnesses.envs.run import run_env_rollout
+    from rollwire.sessions.toolloop import LoopLimits
+
+    try:
+        config = json.loads(args.task_config) if args.task_config else {}
+    except ValueError as exc:
+        _say(f"rollwire rollout: --task-config is not valid JSON ({exc}): {args.task_config!r}")
+        return 2
+    if not isinstance(config, dict):
+        _say(f"rollwire rollout: --task-config must be a JSON object, got {args.task_config!r}")
+        return 2
+    cert = await validate_llm(
+        args.llm_url, model=args.model, api_key=args.api_key, probe_tools=False
+    )
+    if cert.verdict is Verdict.NOT_USABLE or cert.model is None:
+        _say(render_table(cert))
+        return 1
+    _say(f"rollwire rollout: {args.llm_url} certified {cert.verdict.value} ({cert.model})")
+    upstream = Upstream(args.llm_url, api_key=args.api_key)
+    proxy = CaptureProxy(
+        ProxyConfig(
+            llm_url=args.llm_url,
+            model=cert.model,
+            capture_level=cert.capture_level,
+            param_fixes=tuple(f.param for f in cert.param_fixes),
+        ),
+        upstream=upstream,
+    )
+    out_dir = anyio.Path(args.out) if args.out else None
+    if out_dir is not None:
+        await out_dir.mkdir(parents=True, exist_ok=True)
+    failures = 0
+    try:
+        for i in range(args.n):
+            seed = args.seed + i
+            limits = LoopLimits(
+                seed=seed,
+                max_turns=args.max_turns,
+                max_tokens=args.max_tokens,
+                temperature=args.temperature,
+                tool_format=args.tool_format,
+            )
+            out = await run_env_rollout(
+                args.task, proxy=proxy, config=config, seed=seed, limits=limits
+            )
+            result = out.result
+            failures += not result.ok
+            if out_dir is not None and out.document is not None:
+                data = orjson.dumps(out.document.model_dump(mode="json"))
+                await (out_dir / f"{result.rollout_id}.json").write_bytes(data)
+            if args.json:
+                print(result.model_dump_json(), flush=True)
+            else:
+                print(
+                    f"{i + 1}/{args.n} {args.task} seed={seed} ok={result.ok} reward={result.reward} "
+                    f"turns={result.n_turns} tool_calls={result.n_tool_calls} stop={result.stop_reason} "
+                    f"trainable_tokens={result.n_trainable_tokens}"
+                    + (f" error={result.error}" if result.error else ""),
+                    flush=True,
+                )
+    finally:
+        await upstream.aclose()
+    return 1 if failures else 0
+
+
+def _cmd_rollout(args: argparse.Namespace) -> int:
+    if args.n < 1:
+        _say(f"rollwire rollout: -n must be >= 1, got {args.n}")
+        return 2
+    return anyio.run(_rollouts, args)
+
+
+def _cmd_tasks(args: argparse.Namespace) -> int:
+    from rollwire.harnesses.envs.registry import list_tasks
+
+    listing = list_tasks(args.family or None)
+    if args.json:
+        rows = [
+            {"task": t.task, "family": t.family, "description": t.description}
+            for t in listing.tasks
+        ]
+        print(json.dumps({"tasks": rows, "unavailable": listing.unavailable}, indent=2))
+    else:
+        for t in listing.tasks:
+            print(f"{t.task}\t{t.description}")
+        for family, reason in listing.unavailable.items():
+            _say(f"unavailable: {family}: {reason}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
     parser = argparse.ArgumentParser(prog="rollwire", description=__doc__)
@@ -322,6 +416,48 @@ def build_parser() -> argparse.ArgumentParser:
     )
     d.add_argument("--seed", type=int, default=0, help="first seed")
     d.set_defaults(func=_cmd_demo)
+
+    r = sub.add_parser(
+        "rollout",
+        help="run env episodes through the capture proxy and the built-in tool loop",
+        description=(
+            "Run episodes of a task (family:name, e.g. reasoning_gym:chain_sum, "
+            "openspiel:tic_tac_toe) with the built-in tool loop, every model call captured. "
+            "--json prints one RolloutResult per line on stdout (logs on stderr)."
+        ),
+    )
+    _endpoint_args(r)
+    r.add_argument("--task", required=True, help="task reference, e.g. reasoning_gym:chain_sum")
+    r.add_argument(
+        "--task-config", help='task config as JSON, e.g. \'{"min_terms": 2, "max_terms": 3}\''
+    )
+    r.add_argument(
+        "--seed", type=int, default=0, help="seed of the first episode; episode i uses seed+i"
+    )
+    r.add_argument("-n", type=int, default=1, help="number of episodes (default 1)")
+    r.add_argument(
+        "--json", action="store_true", help="one RolloutResult JSON object per line on stdout"
+    )
+    r.add_argument("--out", help="directory to write each rollout document into")
+    r.add_argument("--max-turns", type=int, default=8, help="model calls per episode (default 8)")
+    r.add_argument(
+        "--max-tokens", type=int, default=256, help="tokens per model call (default 256)"
+    )
+    r.add_argument(
+        "--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)"
+    )
+    r.add_argument(
+        "--tool-format",
+        choices=["native", "text"],
+        default="native",
+        help="native tool calls (text calls in replies are read too) or the text format only",
+    )
+    r.set_defaults(func=_cmd_rollout)
+
+    t = sub.add_parser("tasks", help="list the tasks every env adapter offers")
+    t.add_argument("--family", action="append", help="only this family (repeatable)")
+    t.add_argument("--json", action="store_true", help="print JSON")
+    t.set_defaults(func=_cmd_tasks)
     return parser
 
 
