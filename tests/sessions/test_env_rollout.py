@@ -110,3 +110,9 @@ async def test_unreachable_model_is_a_failed_result():
     )
     result = (await run_env_rollout("counter:to3", proxy=proxy)).result
     assert not result.ok and "never reached" in result.error
+
+
+async def test_adapter_that_raises_on_start_is_a_failed_result(proxy, monkeypatch):
+    monkeypatch.setattr(CounterAdapter, "make_session", lambda self, *a, **k: 1 / 0)
+    result = (await run_env_rollout("counter:to3", proxy=proxy)).result
+    assert not result.ok and "ZeroDivisionError" in result.error

@@ -117,3 +117,21 @@ async def test_seeds_advance_per_turn():
     replies = [{"content": "", "tool_calls": [call("add", {"n": 1}, f"c{i}")]} for i in range(3)]
     _, chat = await _run(replies, seed=10)
     assert [r["seed"] for r in chat.requests] == [10, 11, 12]
+
+
+async def test_a_reset_that_hangs_is_bounded_by_the_wall_clock():
+    import anyio
+
+    session = counter_session()
+
+    async def hang():
+        await anyio.sleep(30)
+
+    session.initial_messages = hang  # type: ignore[method-assign]
+    chat = ScriptedChat([])
+    client = chat.client()
+    try:
+        out = await run_tool_loop(session, client, LoopLimits(wall_clock_s=0.2))
+    finally:
+        await client.aclose()
+    assert out.stop_reason == "wall_clock" and out.model_calls == 0

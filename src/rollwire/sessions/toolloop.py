@@ -84,11 +84,12 @@ async def run_tool_loop(
     """Run one episode. Model errors end the loop as results; nothing is raised for them."""
     start = time.perf_counter()
     tools = [t.openai() for t in session.list_tools()]
-    messages = await session.initial_messages()
-    if limits.tool_format == "text":
-        messages = _with_manifest(messages, tools)
-    out = LoopOutcome(messages=messages)
-    with anyio.move_on_after(limits.wall_clock_s) as scope:
+    out = LoopOutcome(messages=[])
+    messages: list[dict[str, Any]] = []
+    with anyio.move_on_after(limits.wall_clock_s) as scope:  # the reset counts too: it can hang
+        messages = await session.initial_messages()
+        if limits.tool_format == "text":
+            messages = _with_manifest(messages, tools)
         out.stop_reason = "max_turns"
         for turn in range(limits.max_turns):
             body: dict[str, Any] = {

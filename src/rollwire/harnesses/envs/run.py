@@ -65,6 +65,9 @@ async def run_env_rollout(
     except (TaskError, ReservedToolName) as exc:
         result = summarise(document=None, verdict=None, error=str(exc), **common)
         return EnvRollout(result, None)
+    except Exception as exc:  # an adapter bug: still a result, never an exception upstream
+        error = f"could not start {task!r}: {type(exc).__name__}: {exc}"
+        return EnvRollout(summarise(document=None, verdict=None, error=error, **common), None)
 
     capture = proxy.sessions.open(metadata={"task": task, "seed": seed, "episode_id": rollout_id})
     chat = proxy_client(proxy, capture.session_id)
