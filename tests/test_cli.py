@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -183,3 +184,34 @@ def test_engine_help_says_it_is_a_dev_engine():
         timeout=60,
     )
     assert out.returncode == 0 and "vLLM or SGLang" in out.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("task", "config"),
+    [
+        ("reasoning_gym:chain_sum", '{"min_terms": 2, "max_terms": 3}'),
+        ("openspiel:tic_tac_toe", None),
+    ],
+)
+def test_rollout_command_runs_env_episodes_against_the_engine(engine_url, tmp_path, task, config):
+    args = ["rollout", "--llm-url", f"{engine_url}/v1", "--task", task, "--seed", "3", "-n", "2"]
+    args += ["--json", "--out", str(tmp_path), "--max-turns", "3", "--max-tokens", "48"]
+    if config:
+        args += ["--task-config", config]
+    out = rollwire(*args, timeout=600)
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 2, out.stderr
+    results = [json.loads(line) for line in lines]
+    assert all(r["ok"] and r["n_trainable_tokens"] > 0 for r in results), out.stdout
+    assert [r["seed"] for r in results] == [3, 4]
+    docs = [json.loads(p.read_text()) for p in tmp_path.glob("*.json")]
+    assert len(docs) == 2 and all(d["stats"]["trainable_sequences"] >= 1 for d in docs)
+    assert out.returncode == 0
+
+
+def test_rollout_refuses_bad_task_config_naming_it():
+    out = rollwire(
+        "rollout", "--llm-url", "http://127.0.0.1:9/v1", "--task", "x:y", "--task-config", "{nope"
+    )
+    assert out.returncode == 2 and "--task-config" in out.stderr

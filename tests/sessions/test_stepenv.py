@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rollwire.sessions.base import ReservedToolName, ToolSpec
-from rollwire.sessions.stepenv import ActionTool, StepEnvSession
+from rollwire.sessions.stepenv import ActionTool, StepEnvSession, StepOutcome
 from tests.sessions.conftest import CounterEnv, counter_session
 
 pytestmark = pytest.mark.anyio
@@ -96,3 +96,12 @@ async def test_close_closes_the_env_once():
     await session.close()
     await session.close()
     assert env.closed
+
+
+async def test_episode_that_ends_during_reset_accepts_no_action_and_keeps_its_reward():
+    env = CounterEnv()
+    env.reset = lambda seed: StepOutcome(observation="over already", reward=1.0, done=True)  # type: ignore[method-assign]
+    session = counter_session(env)
+    await session.initial_messages()
+    assert "over" in (await session.call_tool("add", {"n": 1})).content
+    assert (await session.verify()).reward == 1.0

@@ -92,6 +92,9 @@ class StepEnvSession(ResourceSession):
         """Reset the environment and show its first observation."""
         first = self.env.reset(self.seed)
         self.last_info = dict(first.info)
+        if first.reward is not None:  # some games score during reset (e.g. the opponent opens)
+            self.rewards.append(float(first.reward))
+        self.done = bool(first.done)
         text = (
             f"{self.instructions}\n\n{first.observation}".strip()
             if self.instructions

@@ -1,0 +1,1 @@
+"""Environment adapters: each env family as tool-only agent sessions."""
