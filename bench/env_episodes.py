@@ -109,6 +109,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     try:
         for task in TASKS:
+            # Warm up outside the timing: imports (reasoning_gym takes seconds), first connections.
+            await scripted_episode(task, 0)
+            await run_env_rollout(task, proxy=proxy, config=dict(TASKS[task]), seed=0)
             for conc in args.concurrency:
                 base_s, _ = await run_many(
                     args.episodes, conc, lambda i, t=task: scripted_episode(t, i)
