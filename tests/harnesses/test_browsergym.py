@@ -24,6 +24,7 @@ from rollwire.harnesses.envs import browsergym as bg
 from rollwire.harnesses.envs.registry import TaskError, list_tasks, resolve
 from rollwire.harnesses.envs.run import run_env_rollout
 from rollwire.sessions.stepenv import ToolArgumentError
+from rollwire.sessions.toolloop import LoopLimits
 from tests.fakes.serve import serve_in_thread
 from tests.fakes.vllm import DEFAULT_MODEL, FakeVLLM
 
@@ -347,3 +348,27 @@ async def test_closing_an_unstarted_session_starts_nothing(monkeypatch, no_leaks
     await session.close()
     result = await session.call_tool("click", {"bid": "1"})
     assert result.error and result.done
+
+
+@pytest.mark.slow
+@needs_chromium
+@pytest.mark.anyio
+async def test_rollout_against_the_real_reference_engine_is_ok_and_trainable(engine_url, no_leaks):
+    upstream = Upstream(engine_url)
+    proxy = CaptureProxy(
+        ProxyConfig(
+            llm_url=engine_url, model="SmolLM2-135M-Instruct", capture_level=CaptureLevel.TOKENS
+        ),
+        upstream=upstream,
+    )
+    try:
+        out = await run_env_rollout(
+            "browsergym:miniwob.click-test",
+            proxy=proxy,
+            seed=0,
+            limits=LoopLimits(seed=0, max_turns=2, max_tokens=32, temperature=0.7),
+        )
+    finally:
+        await upstream.aclose()
+    assert out.result.ok, (out.result.error, out.result.findings)
+    assert out.result.n_trainable_tokens > 0  # whatever the reward
