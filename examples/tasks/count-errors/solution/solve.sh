@@ -1,0 +1,3 @@
+#!/bin/bash
+set -euo pipefail
+grep -c 'ERROR' "$LOG_FILE" > /app/error_count.txt
