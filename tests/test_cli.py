@@ -215,3 +215,17 @@ def test_rollout_refuses_bad_task_config_naming_it():
         "rollout", "--llm-url", "http://127.0.0.1:9/v1", "--task", "x:y", "--task-config", "{nope"
     )
     assert out.returncode == 2 and "--task-config" in out.stderr
+
+
+def test_tasks_command_lists_every_family_with_stable_ids():
+    out = rollwire("tasks", "--json", timeout=120)
+    assert out.returncode == 0, out.stderr
+    listing = json.loads(out.stdout)
+    ids = {t["task"] for t in listing["tasks"]}
+    assert {
+        "reasoning_gym:chain_sum",
+        "openspiel:tic_tac_toe",
+        "textarena:TicTacToe-v0",
+        "browsergym:miniwob.click-test",
+    } <= ids
+    assert listing["unavailable"] == {}
