@@ -281,3 +281,25 @@ async def test_auto_mounted_output_dirs_write_straight_to_the_trial(tmp_path: Pa
     finally:
         await env.stop(delete=True)
     assert (env.trial_paths.verifier_dir / "reward.txt").read_text() == "0.5\n"
+
+
+async def test_concurrent_sandboxes_never_kill_each_others_processes(tmp_path: Path) -> None:
+    # A stopped sandbox's pid-namespace number is reused by the kernel at once: a sweep by that
+    # number after the namespace died used to kill a sandbox starting at the same moment.
+    environment = EXAMPLES / "count-errors" / "environment"
+    failures: list[str] = []
+
+    async def cycle(i: int) -> None:
+        for j in range(10):
+            try:
+                async with running(tmp_path / f"w{i}-{j}", environment) as env:
+                    result = await env.exec("sleep 0.02; echo alive")
+                    if result.return_code != 0 or (result.stdout or "").strip() != "alive":
+                        failures.append(f"{i}/{j}: rc={result.return_code} {result.stderr!r}")
+            except Exception as exc:  # the bug surfaced as start failures and missing /proc entries
+                failures.append(f"{i}/{j}: {type(exc).__name__}: {exc}")
+
+    async with asyncio.TaskGroup() as tg:
+        for i in range(8):
+            tg.create_task(cycle(i))
+    assert failures == []

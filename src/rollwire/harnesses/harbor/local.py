@@ -232,6 +232,9 @@ class LocalEnvironment(BaseEnvironment):
         self._holder: asyncio.subprocess.Process | None = None
         self._init_pid: int | None = None
         self._pid_ns: str | None = None
+        # An open handle on the pid namespace pins its inode number: once the namespace dies
+        # the kernel reuses the number at once, and a sweep by number would hit a stranger.
+        self._pid_ns_fd: int | None = None
         self._enter_user_ns = False
         self._running: dict[int, asyncio.subprocess.Process] = {}
         self._token = uuid.uuid4().hex[:12]
@@ -396,6 +399,7 @@ class LocalEnvironment(BaseEnvironment):
             detail = (self._base / "holder.log").read_text(errors="replace").strip()
             raise SandboxUnavailableError(f"bubblewrap did not start the sandbox: {detail}")
         assert self._init_pid is not None
+        self._pid_ns_fd = os.open(f"/proc/{self._init_pid}/ns/pid", os.O_RDONLY)
         self._pid_ns = os.readlink(f"/proc/{self._init_pid}/ns/pid")
         self._enter_user_ns = _joins_user_ns(self._init_pid)
         logger.debug(
@@ -423,8 +427,11 @@ class LocalEnvironment(BaseEnvironment):
                 with contextlib.suppress(ProcessLookupError):
                     self._holder.kill()
                 await self._holder.wait()
-        if self._pid_ns is not None:
+        if self._pid_ns is not None and self._pid_ns_fd is not None:
             await asyncio.to_thread(_kill_namespace, self._pid_ns, None)
+        if self._pid_ns_fd is not None:
+            os.close(self._pid_ns_fd)
+            self._pid_ns_fd = None
         if self._base is not None:
             if delete:
                 await asyncio.to_thread(_remove_tree, self._base)
@@ -535,7 +542,7 @@ class LocalEnvironment(BaseEnvironment):
     ) -> None:
         """Kill an exec's process group and whatever it started that left the group."""
         _kill_group(proc.pid)
-        if self._pid_ns is not None:
+        if self._pid_ns is not None and self._pid_ns_fd is not None:
             await asyncio.to_thread(_kill_namespace, self._pid_ns, marker)
         with contextlib.suppress(ProcessLookupError):
             await proc.wait()
