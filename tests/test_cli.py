@@ -229,3 +229,55 @@ def test_tasks_command_lists_every_family_with_stable_ids():
         "browsergym:miniwob.click-test",
     } <= ids
     assert listing["unavailable"] == {}
+
+
+def test_info_reports_what_can_run_here_with_reasons():
+    out = rollwire("info", "--json", timeout=180)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    sandboxes = {s["name"]: s for s in report["sandboxes"]}
+    assert sandboxes["local"]["available"]
+    assert not sandboxes["docker"]["available"] and "daemon" in sandboxes["docker"]["reason"]
+    harnesses = {h["name"]: h for h in report["harnesses"]}
+    assert harnesses["terminus-2"]["available"] and harnesses["oracle"]["available"]
+    assert report["datasets"][0]["tasks"] >= 5
+    assert report["env_families"]["reasoning_gym"]["available"]
+
+
+def test_harbor_rollout_with_oracle_needs_no_llm_url(tmp_path):
+    out = rollwire(
+        "rollout",
+        "--dataset",
+        "examples/tasks",
+        "--task",
+        "count-errors",
+        "--harness",
+        "oracle",
+        "--json",
+        timeout=180,
+    )
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["ok"] and result["reward"] == 1.0 and result["atif"] == "none"
+
+
+def test_harbor_rollout_with_a_model_harness_requires_llm_url():
+    out = rollwire(
+        "rollout", "--dataset", "examples/tasks", "--task", "0", "--harness", "terminus-2"
+    )
+    assert out.returncode == 2 and "--llm-url is required" in out.stderr
+
+
+def test_harbor_rollout_names_an_unavailable_sandbox():
+    out = rollwire(
+        "rollout",
+        "--dataset",
+        "examples/tasks",
+        "--task",
+        "0",
+        "--harness",
+        "oracle",
+        "--sandbox",
+        "docker",
+    )
+    assert out.returncode == 2 and "daemon" in out.stderr

@@ -342,6 +342,12 @@ class Behavior:
     invalid_json: bool = False
     """200 whose body is not JSON (for a stream, an SSE ``data:`` line that is not JSON)."""
 
+    # scripting
+    scripted_replies: list[str] = field(default_factory=list)
+    """Reply texts consumed one per successful chat request, in order (``n`` choices all get the
+    same text). Each is tokenised by the toy tokenizer as usual, plus EOS; while any are left
+    they replace the generated text and any tool call. An empty list: the usual replies."""
+
     def update(self, **changes: Any) -> None:
         names = {f.name for f in dataclasses.fields(self)}
         unknown = sorted(set(changes) - names)
@@ -355,6 +361,10 @@ class Behavior:
                     or not all(isinstance(v, str) for v in value)
                 ):
                     raise ValueError("served_models must be a non-empty list of strings")
+                value = list(value)
+            if key == "scripted_replies":
+                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                    raise ValueError("scripted_replies must be a list of strings")
                 value = list(value)
             setattr(self, key, value)
 
@@ -607,7 +617,12 @@ class FakeVLLM:
     # ------------------------------------------------------------------ engine
 
     def _generate(
-        self, prompt_ids: list[int], p: _Params, plan: _ToolPlan | None, index: int
+        self,
+        prompt_ids: list[int],
+        p: _Params,
+        plan: _ToolPlan | None,
+        index: int,
+        scripted: str | None = None,
     ) -> _Choice:
         tok = self.tokenizer
         b = self.behavior
@@ -615,7 +630,10 @@ class FakeVLLM:
         rng = _rng("reply", p.seed, key, index)
         tool_call: dict[str, Any] | None = None
         eos = True
-        if plan is not None:
+        if scripted is not None:
+            plan = None
+            ids = tok.encode(scripted)
+        elif plan is not None:
             arguments = json.dumps(_schema_arguments(plan.tool, rng), ensure_ascii=False)
             tool_call = {
                 "id": f"chatcmpl-tool-{_hex16()}",
@@ -944,8 +962,11 @@ class FakeVLLM:
         prompt_ids = self.render_prompt(messages)
         params = self._params(body, len(prompt_ids))
 
+        scripted = b.scripted_replies.pop(0) if b.scripted_replies and not b.no_choices else None
         choices = (
-            [] if b.no_choices else [self._generate(prompt_ids, params, plan, i) for i in range(n)]
+            []
+            if b.no_choices
+            else [self._generate(prompt_ids, params, plan, i, scripted) for i in range(n)]
         )
         return_ids = bool(body.get("return_token_ids")) and not b.ignore_return_token_ids
         lp_content = [

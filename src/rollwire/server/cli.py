@@ -12,6 +12,7 @@ import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
@@ -200,35 +201,51 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         return 2
 
 
-def _endpoint_args(parser: argparse.ArgumentParser) -> None:
-    """--llm-url (required, no default, no environment fallback), --model, --api-key."""
+def _endpoint_args(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
+    """--llm-url (no default, no environment fallback), --model, --api-key."""
     parser.add_argument(
         "--llm-url",
-        required=True,
-        help="the engine's OpenAI base URL, e.g. http://127.0.0.1:8000/v1",
+        required=required,
+        help="the engine's OpenAI base URL, e.g. http://127.0.0.1:8000/v1"
+        + ("" if required else " (not needed for the oracle and nop harnesses)"),
     )
     parser.add_argument("--model", help="served model to use (required when several are served)")
     parser.add_argument("--api-key", help="API key for the endpoint, if it needs one")
 
 
-async def _rollouts(args: argparse.Namespace) -> int:
-    from rollwire.harnesses.envs.run import run_env_rollout
-    from rollwire.sessions.toolloop import LoopLimits
+def _emit(args: argparse.Namespace, i: int, result: Any) -> None:
+    if args.json:
+        print(result.model_dump_json(), flush=True)
+        return
+    line = (
+        f"{i + 1}/{args.n} {result.task} seed={result.seed} ok={result.ok} reward={result.reward} "
+        f"turns={result.n_turns} tool_calls={result.n_tool_calls} stop={result.stop_reason} "
+        f"atif={result.atif} trainable_tokens={result.n_trainable_tokens}"
+    )
+    print(line + (f" error={result.error}" if result.error else ""), flush=True)
 
-    try:
-        config = json.loads(args.task_config) if args.task_config else {}
-    except ValueError as exc:
-        _say(f"rollwire rollout: --task-config is not valid JSON ({exc}): {args.task_config!r}")
-        return 2
-    if not isinstance(config, dict):
-        _say(f"rollwire rollout: --task-config must be a JSON object, got {args.task_config!r}")
-        return 2
+
+async def _out_dir(args: argparse.Namespace) -> anyio.Path | None:
+    if not args.out:
+        return None
+    out = anyio.Path(args.out)
+    await out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+async def _write_document(out_dir: anyio.Path | None, rollout_id: str, document: Any) -> None:
+    if out_dir is not None and document is not None:
+        data = orjson.dumps(document.model_dump(mode="json"))
+        await (out_dir / f"{rollout_id}.json").write_bytes(data)
+
+
+async def _certified_proxy(args: argparse.Namespace) -> tuple[CaptureProxy, Upstream] | None:
     cert = await validate_llm(
         args.llm_url, model=args.model, api_key=args.api_key, probe_tools=False
     )
     if cert.verdict is Verdict.NOT_USABLE or cert.model is None:
         _say(render_table(cert))
-        return 1
+        return None
     _say(f"rollwire rollout: {args.llm_url} certified {cert.verdict.value} ({cert.model})")
     upstream = Upstream(args.llm_url, api_key=args.api_key)
     proxy = CaptureProxy(
@@ -240,9 +257,77 @@ async def _rollouts(args: argparse.Namespace) -> int:
         ),
         upstream=upstream,
     )
-    out_dir = anyio.Path(args.out) if args.out else None
-    if out_dir is not None:
-        await out_dir.mkdir(parents=True, exist_ok=True)
+    return proxy, upstream
+
+
+async def _harbor_rollouts(args: argparse.Namespace) -> int:
+    from rollwire.harnesses.harbor.datasets import DatasetError, resolve_dataset
+    from rollwire.harnesses.harbor.rollout import run_harbor_rollout
+    from rollwire.harnesses.harbor.sandboxes import available_sandboxes
+
+    if args.sandbox != "local":
+        known = {s.name: s for s in available_sandboxes()}
+        status = known.get(args.sandbox)
+        if status is None:
+            reason = f"unknown sandbox; known: {sorted(known)}"
+        elif not status.available:
+            reason = f"unavailable here: {status.reason}"
+        else:
+            reason = "available, but rollout runs only the local sandbox so far"
+        _say(f"rollwire rollout: --sandbox {args.sandbox}: {reason}")
+        return 2
+    try:
+        dataset = resolve_dataset(args.dataset)
+        task = dataset.tasks[int(args.task)] if args.task.isdigit() else dataset.task(args.task)
+    except (DatasetError, IndexError, ValueError) as exc:
+        _say(f"rollwire rollout: {exc}")
+        return 2
+    needs_llm = args.harness not in ("oracle", "nop")
+    if needs_llm and not args.llm_url:
+        _say(f"rollwire rollout: --harness {args.harness} calls a model: --llm-url is required")
+        return 2
+    made = await _certified_proxy(args) if needs_llm else None
+    if needs_llm and made is None:
+        return 1
+    proxy, upstream = made if made is not None else (None, None)
+    out_dir = await _out_dir(args)
+    failures = 0
+    try:
+        for i in range(args.n):
+            out = await run_harbor_rollout(
+                task, harness=args.harness, proxy=proxy, reward_key=args.reward_key
+            )
+            failures += not out.result.ok
+            await _write_document(out_dir, out.result.rollout_id, out.document)
+            _emit(args, i, out.result)
+    finally:
+        if upstream is not None:
+            await upstream.aclose()
+    return 1 if failures else 0
+
+
+async def _rollouts(args: argparse.Namespace) -> int:
+    if args.dataset:
+        return await _harbor_rollouts(args)
+    from rollwire.harnesses.envs.run import run_env_rollout
+    from rollwire.sessions.toolloop import LoopLimits
+
+    try:
+        config = json.loads(args.task_config) if args.task_config else {}
+    except ValueError as exc:
+        _say(f"rollwire rollout: --task-config is not valid JSON ({exc}): {args.task_config!r}")
+        return 2
+    if not isinstance(config, dict):
+        _say(f"rollwire rollout: --task-config must be a JSON object, got {args.task_config!r}")
+        return 2
+    if not args.llm_url:
+        _say("rollwire rollout: env tasks call a model: --llm-url is required")
+        return 2
+    made = await _certified_proxy(args)
+    if made is None:
+        return 1
+    proxy, upstream = made
+    out_dir = await _out_dir(args)
     failures = 0
     try:
         for i in range(args.n):
@@ -257,21 +342,9 @@ async def _rollouts(args: argparse.Namespace) -> int:
             out = await run_env_rollout(
                 args.task, proxy=proxy, config=config, seed=seed, limits=limits
             )
-            result = out.result
-            failures += not result.ok
-            if out_dir is not None and out.document is not None:
-                data = orjson.dumps(out.document.model_dump(mode="json"))
-                await (out_dir / f"{result.rollout_id}.json").write_bytes(data)
-            if args.json:
-                print(result.model_dump_json(), flush=True)
-            else:
-                print(
-                    f"{i + 1}/{args.n} {args.task} seed={seed} ok={result.ok} reward={result.reward} "
-                    f"turns={result.n_turns} tool_calls={result.n_tool_calls} stop={result.stop_reason} "
-                    f"trainable_tokens={result.n_trainable_tokens}"
-                    + (f" error={result.error}" if result.error else ""),
-                    flush=True,
-                )
+            failures += not out.result.ok
+            await _write_document(out_dir, out.result.rollout_id, out.document)
+            _emit(args, i, out.result)
     finally:
         await upstream.aclose()
     return 1 if failures else 0
@@ -299,6 +372,76 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
             print(f"{t.task}\t{t.description}")
         for family, reason in listing.unavailable.items():
             _say(f"unavailable: {family}: {reason}")
+    return 0
+
+
+async def _info(args: argparse.Namespace) -> dict[str, Any]:
+    from rollwire.harnesses.envs.registry import list_tasks
+    from rollwire.harnesses.harbor.datasets import DatasetError, resolve_dataset
+    from rollwire.harnesses.harbor.sandboxes import available_sandboxes
+    from rollwire.harnesses.harbor.seams import available_harnesses
+
+    report: dict[str, Any] = {}
+    if args.llm_url:
+        cert = await validate_llm(args.llm_url, model=args.model, api_key=args.api_key)
+        report["endpoint"] = cert.model_dump(mode="json")
+    sandboxes = await anyio.to_thread.run_sync(available_sandboxes)
+    report["sandboxes"] = [s.model_dump(mode="json") for s in sandboxes]
+    report["harnesses"] = [
+        {"name": n, "available": ok, "reason": why} for n, ok, why in available_harnesses()
+    ]
+    datasets = []
+    bundled = ["examples/tasks"] if await anyio.Path("examples/tasks").is_dir() else []
+    for source in args.dataset or bundled:
+        try:
+            ds = resolve_dataset(source)
+            datasets.append(
+                {
+                    "source": source,
+                    "name": ds.name,
+                    "tasks": len(ds.tasks),
+                    "skipped": list(ds.skipped),
+                }
+            )
+        except DatasetError as exc:
+            datasets.append({"source": source, "error": str(exc)})
+    report["datasets"] = datasets
+    listing = list_tasks()
+    families: dict[str, Any] = {}
+    for t in listing.tasks:
+        families[t.family] = families.get(t.family, 0) + 1
+    report["env_families"] = {
+        **{f: {"available": True, "tasks": n} for f, n in families.items()},
+        **{f: {"available": False, "reason": why} for f, why in listing.unavailable.items()},
+    }
+    return report
+
+
+def _cmd_info(args: argparse.Namespace) -> int:
+    report = anyio.run(_info, args)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    if "endpoint" in report:
+        e = report["endpoint"]
+        print(
+            f"endpoint   {e['llm_url']}: {e['verdict']} (model {e['model']}, tier {e['capture_level']})"
+        )
+    print("sandboxes")
+    for s in report["sandboxes"]:
+        print(f"  {s['name']:14} {'yes' if s['available'] else 'no ':3}  {s['reason'] or ''}")
+    print("harnesses")
+    for h in report["harnesses"]:
+        print(f"  {h['name']:14} {'yes' if h['available'] else 'no ':3}  {h['reason'] or ''}")
+    print("datasets")
+    for d in report["datasets"]:
+        print(f"  {d['source']}: " + (f"{d['tasks']} tasks" if "tasks" in d else d["error"]))
+    print("env families")
+    for name, f in report["env_families"].items():
+        print(
+            f"  {name:14} "
+            + (f"{f['tasks']} tasks" if f["available"] else f"unavailable: {f['reason']}")
+        )
     return 0
 
 
@@ -426,8 +569,24 @@ def build_parser() -> argparse.ArgumentParser:
             "--json prints one RolloutResult per line on stdout (logs on stderr)."
         ),
     )
-    _endpoint_args(r)
-    r.add_argument("--task", required=True, help="task reference, e.g. reasoning_gym:chain_sum")
+    _endpoint_args(r, required=False)
+    r.add_argument(
+        "--task",
+        required=True,
+        help="an env task (family:name, e.g. reasoning_gym:chain_sum); with --dataset a task name, id or index",
+    )
+    r.add_argument(
+        "--dataset", help="Harbor dataset: a task dir, a dir of tasks, or a registry JSON"
+    )
+    r.add_argument(
+        "--harness",
+        default="terminus-2",
+        help="Harbor agent harness (terminus-2, oracle, nop, module:Class)",
+    )
+    r.add_argument(
+        "--sandbox", default="local", help="Harbor sandbox (default local: bubblewrap, no Docker)"
+    )
+    r.add_argument("--reward-key", help="which key of a multi-key reward.json is the reward")
     r.add_argument(
         "--task-config", help='task config as JSON, e.g. \'{"min_terms": 2, "max_terms": 3}\''
     )
@@ -458,6 +617,16 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--family", action="append", help="only this family (repeatable)")
     t.add_argument("--json", action="store_true", help="print JSON")
     t.set_defaults(func=_cmd_tasks)
+
+    i = sub.add_parser(
+        "info",
+        help="what this machine can run: endpoint tier, sandboxes, harnesses, datasets, env families",
+        description="Read-only: reports what can run here and why not, boots nothing.",
+    )
+    _endpoint_args(i, required=False)
+    i.add_argument("--dataset", action="append", help="a Harbor dataset to resolve (repeatable)")
+    i.add_argument("--json", action="store_true", help="print JSON")
+    i.set_defaults(func=_cmd_info)
     return parser
 
 
@@ -466,7 +635,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request drowns the report
+    for noisy in ("httpx", "harbor", "LiteLLM", "litellm"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)  # one line per request drowns the report
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)

@@ -1,0 +1,436 @@
+"""The seam table: how each Harbor agent harness is pointed at the capture proxy.
+
+One :class:`Seam` per agent says which wire dialect it speaks, whether it runs host-side (in this
+process: terminus-2) or is installed inside the sandbox, how its base URL and API key reach it
+(the proxy's URL, and the capture session id as the key), whether it reads ``os.environ`` while it
+runs, and how to build its Harbor ``AgentConfig``. ``--harness module:Class`` reaches any other
+Harbor agent through an import-path seam.
+
+The variable names below are the ones Harbor 0.25's own wrappers read (each class's
+``MODEL_CONNECTION``); the seams hand Harbor the proxy through its common connection override
+(``AgentConfig.base_url`` plus the key in ``AgentConfig.env``), so Harbor's resolver delivers both
+to whatever the agent reads. Agents whose dialect the proxy does not serve yet (only
+chat-completions exists) are listed, unavailable, with that reason.
+
+Nothing here imports an agent at module import: a seam's class is imported when it is checked or
+used, and an import failure is reported for that seam only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import shutil
+import threading
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import anyio
+from harbor.models.trial.config import AgentConfig
+
+Dialect = Literal["chat", "responses", "anthropic", "google"]
+Kind = Literal["none", "host", "installed", "import"]
+
+#: Wire dialects the capture proxy serves today.
+SERVED_DIALECTS: frozenset[str] = frozenset({"chat"})
+
+#: Guards ``os.environ`` while a harness that reads it at run time is running. A threading lock:
+#: rollouts arrive on many event loops, and the environment is global to the process.
+ENVIRON_LOCK = threading.Lock()
+_LOCK_POLL_S = 0.02
+
+_MODEL_PREFIX: dict[str, str] = {
+    "chat": "openai",
+    "responses": "openai",
+    "anthropic": "anthropic",
+    "google": "gemini",
+}
+# litellm needs a cost entry for a model it has never heard of, or it warns on every call.
+_ZERO_COST: dict[str, Any] = {
+    "input_cost_per_token": 0.0,
+    "output_cost_per_token": 0.0,
+    "cache_creation_input_token_cost": 0.0,
+    "cache_read_input_token_cost": 0.0,
+    "litellm_provider": "openai",
+    "mode": "chat",
+}
+
+
+class UnknownHarness(ValueError):
+    """No seam has this name; the message lists the names that exist."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a seam points its agent: the proxy's root URL, the session key, the model name."""
+
+    url: str  # e.g. http://127.0.0.1:43125 (no /v1)
+    api_key: str  # the capture session id
+    model: str  # what the agent asks for; the proxy substitutes the served model
+
+    def base(self, suffix: str = "/v1") -> str:
+        """The URL an agent is given: the root plus the seam's suffix."""
+        return self.url.rstrip("/") + suffix
+
+
+@dataclass(frozen=True)
+class Seam:
+    """One agent harness and how it reaches the proxy."""
+
+    name: str
+    kind: Kind  # none: no model; host: runs in this process; installed: inside the sandbox
+    harbor_class: str  # "module:Class" (imported on use)
+    dialect: Dialect | None = None
+    base_url_env: tuple[str, ...] = ()  # variables that receive the base URL
+    api_key_env: tuple[str, ...] = ()  # variables the agent may read its key from
+    config_file: str | None = None  # a config file carries the base URL instead
+    config_fields: tuple[str, ...] = ()  # AgentConfig fields that carry the URL and key instead
+    base_url_suffix: str = "/v1"  # what follows the proxy root in the agent's base URL
+    reads_environ: bool = False  # reads os.environ at run time: rollouts are serialised
+    sandbox_network: bool = False  # must reach the host's loopback proxy from the sandbox
+    host_tools: tuple[str, ...] = ()  # executables the sandbox needs (it mounts the host's /usr)
+    validated: bool = False  # run end to end by rollwire's tests
+    unavailable: str | None = None  # a reason that holds whatever is installed
+    notes: str = ""
+    agent_kwargs: Mapping[str, Any] = field(default_factory=dict)  # AgentConfig.kwargs defaults
+
+    @property
+    def needs_llm(self) -> bool:
+        """Whether the harness calls a model (and so needs a proxy and a session)."""
+        return self.kind != "none"
+
+    @property
+    def host_side(self) -> bool:
+        """Runs in this process: the proxy must be served over real HTTP on loopback."""
+        return self.kind == "host"
+
+    def check(self) -> str | None:
+        """Why this seam cannot run here, or None: a static reason, an import, a host tool."""
+        if self.unavailable is not None:
+            return self.unavailable
+        try:
+            cls = import_agent_class(self.harbor_class)
+        except Exception as exc:
+            return f"cannot import {self.harbor_class}: {type(exc).__name__}: {exc}"
+        if self.kind == "import":
+            from harbor.agents.base import BaseAgent
+
+            if not (isinstance(cls, type) and issubclass(cls, BaseAgent)):
+                return f"{self.harbor_class} is not a Harbor agent (a BaseAgent subclass)"
+        for tool in self.host_tools:
+            if shutil.which(tool) is None:
+                return (
+                    f"{tool} is not installed on this host (the local sandbox mounts the host's "
+                    f"/usr): apt-get install {tool}"
+                )
+        return None
+
+    def environ(self, endpoint: Endpoint) -> dict[str, str]:
+        """What the agent must find in its environment: the base URL and the session key."""
+        out = dict.fromkeys(self.base_url_env, endpoint.base(self.base_url_suffix))
+        out.update(dict.fromkeys(self.api_key_env, endpoint.api_key))
+        return out
+
+    def agent_config(
+        self,
+        endpoint: Endpoint | None,
+        *,
+        kwargs: Mapping[str, Any] | None = None,
+        timeout_sec: float | None = None,
+    ) -> AgentConfig:
+        """Harbor's ``AgentConfig`` for this harness pointed at ``endpoint``.
+
+        ``kwargs`` override the seam's defaults (``llm_kwargs`` and ``model_info`` are merged).
+        """
+        merged = _merge(self.agent_kwargs, kwargs or {})
+        common: dict[str, Any] = {"override_timeout_sec": timeout_sec}
+        if self.kind == "none":
+            return AgentConfig(name=self.name, kwargs=merged, **common)
+        if endpoint is None:
+            raise ValueError(f"harness {self.name!r} calls a model: it needs an endpoint")
+        model = f"{_MODEL_PREFIX[self.dialect or 'chat']}/{endpoint.model}"
+        base = endpoint.base(self.base_url_suffix)
+        if self.kind == "host":
+            # terminus-2: litellm in this process gets the key and base explicitly, so neither
+            # comes from os.environ, and the key stays out of the sandbox's shell environment.
+            merged = _merge(merged, {"llm_kwargs": {"api_key": endpoint.api_key}})
+            return AgentConfig(
+                name=self.name, model_name=model, base_url=base, kwargs=merged, **common
+            )
+        env = self.environ(endpoint)
+        if self.kind == "installed":
+            return AgentConfig(
+                name=self.name, model_name=model, base_url=base, env=env, kwargs=merged, **common
+            )
+        cls = import_agent_class(self.harbor_class)
+        overridable = getattr(cls, "MODEL_CONNECTION", None) is not None
+        return AgentConfig(
+            import_path=self.harbor_class,
+            model_name=model,
+            base_url=base if overridable else None,
+            env=env,
+            kwargs=merged,
+            **common,
+        )
+
+
+def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if key in ("llm_kwargs", "model_info", "llm_call_kwargs") and isinstance(value, Mapping):
+            out[key] = {**(out.get(key) or {}), **value}
+        else:
+            out[key] = value
+    return out
+
+
+_IMPORTS: dict[str, type | BaseException] = {}
+_IMPORTS_LOCK = threading.Lock()
+
+
+def import_agent_class(path: str) -> type:
+    """Import ``module:Class`` once per process; a failure is remembered and raised again."""
+    with _IMPORTS_LOCK:
+        cached = _IMPORTS.get(path)
+    if cached is None:
+        module_name, sep, attr = path.partition(":")
+        try:
+            if not sep or not module_name or not attr:
+                raise ValueError(f"an agent import path is module:Class, got {path!r}")
+            cached = getattr(importlib.import_module(module_name), attr)
+        except Exception as exc:
+            cached = exc
+        with _IMPORTS_LOCK:
+            _IMPORTS[path] = cached
+    if isinstance(cached, BaseException):
+        raise cached
+    return cached
+
+
+_UNSERVED = "speaks the {dialect} dialect; rollwire's proxy serves chat-completions only so far"
+_INSTALLED_NOTE = (
+    "installed inside the sandbox at setup (needs network for its installer) and reaches the "
+    "proxy over the host's loopback (local sandbox with network on); not run end to end here"
+)
+
+
+def _installed(
+    name: str,
+    harbor_class: str,
+    dialect: Dialect,
+    *,
+    base_url_env: tuple[str, ...] = (),
+    api_key_env: tuple[str, ...],
+    config_file: str | None = None,
+    base_url_suffix: str = "/v1",
+    notes: str = "",
+) -> Seam:
+    return Seam(
+        name=name,
+        kind="installed",
+        harbor_class=harbor_class,
+        dialect=dialect,
+        base_url_env=base_url_env,
+        api_key_env=api_key_env,
+        config_file=config_file,
+        base_url_suffix=base_url_suffix,
+        # BaseInstalledAgent resolves its variables from AgentConfig.env, then os.environ, while
+        # it runs: serialise, and make os.environ say the same as the config for the whole run.
+        reads_environ=True,
+        sandbox_network=True,
+        unavailable=None if dialect in SERVED_DIALECTS else _UNSERVED.format(dialect=dialect),
+        notes=f"{notes}; {_INSTALLED_NOTE}" if notes else _INSTALLED_NOTE,
+    )
+
+
+TERMINUS_2 = Seam(
+    name="terminus-2",
+    kind="host",
+    harbor_class="harbor.agents.terminus_2:Terminus2",
+    dialect="chat",
+    config_fields=("base_url", "kwargs.llm_kwargs.api_key"),
+    host_tools=("tmux",),
+    validated=True,
+    notes=(
+        "runs in this process through litellm (openai/<model>, api_base = proxy, api_key = "
+        "session id passed as llm_kwargs); drives tmux inside the sandbox through exec; parses "
+        "JSON commands out of plain text (no tool manifest); summarisation is off because its "
+        "summary subagents cannot be attributed to the task's reward"
+    ),
+    agent_kwargs={
+        "collect_rollout_details": True,
+        "record_terminal_session": False,  # asciinema is not installed; no network to fetch it
+        "enable_summarize": False,
+        "model_info": _ZERO_COST,
+    },
+)
+
+SEAMS: dict[str, Seam] = {
+    seam.name: seam
+    for seam in (
+        TERMINUS_2,
+        Seam(
+            name="oracle",
+            kind="none",
+            harbor_class="harbor.agents.oracle:OracleAgent",
+            validated=True,
+            notes="runs the task's solution/solve.sh; no model",
+        ),
+        Seam(
+            name="nop",
+            kind="none",
+            harbor_class="harbor.agents.nop:NopAgent",
+            validated=True,
+            notes="does nothing; no model",
+        ),
+        _installed(
+            "codex",
+            "harbor.agents.installed.codex:Codex",
+            "responses",
+            base_url_env=("OPENAI_BASE_URL",),
+            api_key_env=("OPENAI_API_KEY", "CODEX_API_KEY"),
+        ),
+        _installed(
+            "claude-code",
+            "harbor.agents.installed.claude_code:ClaudeCode",
+            "anthropic",
+            base_url_env=("ANTHROPIC_BASE_URL",),
+            api_key_env=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
+            base_url_suffix="",  # the Anthropic SDK appends /v1/messages itself
+        ),
+        _installed(
+            "gemini-cli",
+            "harbor.agents.installed.gemini_cli:GeminiCli",
+            "google",
+            base_url_env=("GOOGLE_GEMINI_BASE_URL",),
+            api_key_env=("GEMINI_API_KEY",),
+            base_url_suffix="",
+        ),
+        _installed(
+            "opencode",
+            "harbor.agents.installed.opencode:OpenCode",
+            "chat",
+            api_key_env=("OPENAI_API_KEY",),
+            config_file="~/.config/opencode/opencode.json (provider options.baseURL)",
+            notes="Harbor's wrapper writes the base URL into opencode.json",
+        ),
+        _installed(
+            "goose",
+            "harbor.agents.installed.goose:Goose",
+            "chat",
+            base_url_env=("OPENAI_HOST",),
+            api_key_env=("OPENAI_API_KEY",),
+            base_url_suffix="",  # goose appends OPENAI_BASE_PATH (v1/chat/completions)
+        ),
+        _installed(
+            "mini-swe-agent",
+            "harbor.agents.installed.mini_swe_agent:MiniSweAgent",
+            "chat",
+            base_url_env=("OPENAI_BASE_URL", "OPENAI_API_BASE"),
+            api_key_env=("MSWEA_API_KEY", "OPENAI_API_KEY"),
+        ),
+        _installed(
+            "openhands",
+            "harbor.agents.installed.openhands:OpenHands",
+            "chat",
+            base_url_env=("LLM_BASE_URL",),
+            api_key_env=("LLM_API_KEY",),
+        ),
+        _installed(
+            "qwen-coder",
+            "harbor.agents.installed.qwen_code:QwenCode",
+            "chat",
+            base_url_env=("OPENAI_BASE_URL",),
+            api_key_env=("OPENAI_API_KEY",),
+        ),
+        _installed(
+            "aider",
+            "harbor.agents.installed.aider:Aider",
+            "chat",
+            base_url_env=("OPENAI_BASE_URL",),
+            api_key_env=("OPENAI_API_KEY",),
+        ),
+    )
+}
+
+
+def import_path_seam(path: str) -> Seam:
+    """A seam for any Harbor agent class, ``module:Class`` (checked when used).
+
+    Its dialect is assumed to be chat-completions, and it gets the conventional OpenAI variables.
+    Whether it reads os.environ while it runs is unknown, so its rollouts are serialised.
+    """
+    return Seam(
+        name=path,
+        kind="import",
+        harbor_class=path,
+        dialect="chat",
+        base_url_env=("OPENAI_BASE_URL",),
+        api_key_env=("OPENAI_API_KEY",),
+        reads_environ=True,
+        notes="an import-path seam: chat dialect assumed, OPENAI_BASE_URL/OPENAI_API_KEY given",
+    )
+
+
+def get_seam(harness: str) -> Seam:
+    """The seam for a harness name, or an import-path seam for ``module:Class``."""
+    seam = SEAMS.get(harness)
+    if seam is not None:
+        return seam
+    if ":" in harness:
+        return import_path_seam(harness)
+    raise UnknownHarness(
+        f"unknown harness {harness!r}; known: {', '.join(SEAMS)}, or module:Class for any "
+        "other Harbor agent"
+    )
+
+
+def available_harnesses(extra: tuple[str, ...] = ()) -> list[tuple[str, bool, str]]:
+    """(name, usable here, why or what to know) for every seam, plus any ``module:Class`` asked.
+
+    A failure of one seam (an import error, a missing tool) never hides the others.
+    """
+    rows: list[tuple[str, bool, str]] = []
+    for name in (*SEAMS, *extra):
+        try:
+            seam = get_seam(name)
+            problem = seam.check()
+        except Exception as exc:
+            rows.append((name, False, f"{type(exc).__name__}: {exc}"))
+            continue
+        if problem is not None:
+            rows.append((name, False, problem))
+        else:
+            rows.append((name, True, ("validated; " if seam.validated else "") + seam.notes))
+    return rows
+
+
+@contextlib.asynccontextmanager
+async def environ_scope(seam: Seam, endpoint: Endpoint | None) -> AsyncIterator[None]:
+    """For a harness that reads os.environ at run time: hold :data:`ENVIRON_LOCK` and make
+    os.environ carry the proxy's URL and the session key for the whole block, then restore it.
+
+    Other harnesses pass straight through. The lock is polled from the event loop (never a
+    blocking acquire on a thread a cancellation could abandon), so any loop may wait on it.
+    """
+    if not seam.reads_environ or endpoint is None:
+        yield
+        return
+    # An anyio.Event is bound to one loop; waiters here come from many: poll.
+    while not ENVIRON_LOCK.acquire(blocking=False):  # noqa: ASYNC110
+        await anyio.sleep(_LOCK_POLL_S)
+    saved: dict[str, str | None] = {}
+    try:
+        for key, value in seam.environ(endpoint).items():
+            saved[key] = os.environ.get(key)
+            os.environ[key] = value
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+        ENVIRON_LOCK.release()
