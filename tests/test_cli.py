@@ -281,3 +281,30 @@ def test_harbor_rollout_names_an_unavailable_sandbox():
         "docker",
     )
     assert out.returncode == 2 and "daemon" in out.stderr
+
+
+@pytest.mark.slow
+def test_harbor_rollout_with_terminus_2_against_the_engine_returns_reward_sequence_and_atif(
+    engine_url, tmp_path
+):
+    out = rollwire(
+        "rollout",
+        "--llm-url",
+        f"{engine_url}/v1",
+        "--dataset",
+        "examples/tasks",
+        "--task",
+        "count-errors",
+        "--harness",
+        "terminus-2",
+        "--json",
+        "--out",
+        str(tmp_path),
+        timeout=600,
+    )
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["ok"], (result["error"], out.stderr[-2000:])
+    assert result["reward"] is not None and result["atif"] in ("match", "MISMATCH")
+    assert result["n_trainable_tokens"] > 0
+    (doc,) = [json.loads(p.read_text()) for p in tmp_path.glob("*.json")]
+    assert doc["stats"]["trainable_sequences"] >= 1

@@ -213,3 +213,18 @@ def test_tool_choice_naming_an_unknown_tool_is_refused(engine_url):
         },
     )
     assert resp.status_code == 400 and resp.json()["error"]["param"] == "tool_choice"
+
+
+def test_a_prompt_longer_than_the_context_is_a_400_not_a_crash(engine_url, reference_model):
+    # An agent's conversation can outgrow the context (a reply that ran to the cap, then more):
+    # llama.cpp cannot place the overflow ("failed to find a memory slot"), so refuse it first.
+    words = "word " * (reference_model.n_ctx + 100)
+    resp = httpx.post(
+        f"{engine_url}/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": words}]},
+        timeout=120,
+    )
+    assert resp.status_code == 400
+    error = resp.json()["error"]
+    assert error["param"] == "messages" and "maximum context length" in error["message"]
+    assert chat(engine_url, messages=[{"role": "user", "content": "hi"}], max_tokens=2)["choices"]

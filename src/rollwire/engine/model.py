@@ -222,6 +222,8 @@ class ReferenceModel:
                     hit = next((s for s in stop if s and s in text), None)
                     if hit is not None:
                         return Generation(steps, "stop", hit)
+                if len(steps) >= max_tokens and close_json_with is None:
+                    break  # the budget is spent: no logits are needed after the last token
                 self._llm.eval([token])
                 if close_json_with is not None:
                     free += self.piece(token)

@@ -142,6 +142,12 @@ class ReferenceEngine:
         n_ctx = self.model.n_ctx
         cap = _int(body, "max_completion_tokens", None, lo=1)
         cap = _int(body, "max_tokens", cap, lo=1)
+        if len(prompt_ids) >= n_ctx:
+            raise EngineError(
+                f"This model's maximum context length is {n_ctx} tokens. However, your request "
+                f"has {len(prompt_ids)} input tokens. Please reduce the length of the input messages.",
+                param="messages",
+            )
         if cap is None:
             cap = n_ctx - len(prompt_ids)
         if len(prompt_ids) + cap > n_ctx:
