@@ -300,10 +300,16 @@ def test_harbor_rollout_with_terminus_2_against_the_engine_returns_reward_sequen
         "--json",
         "--out",
         str(tmp_path),
+        "--max-turns",
+        "3",
+        "--max-tokens",
+        "160",
+        "--temperature",
+        "0.7",
         timeout=600,
     )
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result["ok"], (result["error"], out.stderr[-2000:])
+    assert result["ok"], (result["error"], result["findings"], out.stderr[-2000:])
     assert result["reward"] is not None and result["atif"] in ("match", "MISMATCH")
     assert result["n_trainable_tokens"] > 0
     (doc,) = [json.loads(p.read_text()) for p in tmp_path.glob("*.json")]

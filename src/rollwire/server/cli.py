@@ -260,6 +260,21 @@ async def _certified_proxy(args: argparse.Namespace) -> tuple[CaptureProxy, Upst
     return proxy, upstream
 
 
+def _harbor_agent_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """--max-turns, --max-tokens and --temperature, when given, as terminus-2-style agent kwargs."""
+    kwargs: dict[str, Any] = {}
+    if args.max_turns is not None:
+        kwargs["max_turns"] = args.max_turns
+    call: dict[str, Any] = {}
+    if args.max_tokens is not None:
+        call["max_tokens"] = args.max_tokens
+    if args.temperature is not None:
+        kwargs["temperature"] = args.temperature
+    if call:
+        kwargs["llm_call_kwargs"] = call
+    return kwargs
+
+
 async def _harbor_rollouts(args: argparse.Namespace) -> int:
     from rollwire.harnesses.harbor.datasets import DatasetError, resolve_dataset
     from rollwire.harnesses.harbor.rollout import run_harbor_rollout
@@ -295,7 +310,11 @@ async def _harbor_rollouts(args: argparse.Namespace) -> int:
     try:
         for i in range(args.n):
             out = await run_harbor_rollout(
-                task, harness=args.harness, proxy=proxy, reward_key=args.reward_key
+                task,
+                harness=args.harness,
+                proxy=proxy,
+                reward_key=args.reward_key,
+                agent_kwargs=_harbor_agent_kwargs(args) if needs_llm else None,
             )
             failures += not out.result.ok
             await _write_document(out_dir, out.result.rollout_id, out.document)
@@ -334,9 +353,9 @@ async def _rollouts(args: argparse.Namespace) -> int:
             seed = args.seed + i
             limits = LoopLimits(
                 seed=seed,
-                max_turns=args.max_turns,
-                max_tokens=args.max_tokens,
-                temperature=args.temperature,
+                max_turns=args.max_turns or 8,
+                max_tokens=args.max_tokens or 256,
+                temperature=1.0 if args.temperature is None else args.temperature,
                 tool_format=args.tool_format,
             )
             out = await run_env_rollout(
@@ -598,12 +617,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="one RolloutResult JSON object per line on stdout"
     )
     r.add_argument("--out", help="directory to write each rollout document into")
-    r.add_argument("--max-turns", type=int, default=8, help="model calls per episode (default 8)")
     r.add_argument(
-        "--max-tokens", type=int, default=256, help="tokens per model call (default 256)"
+        "--max-turns",
+        type=int,
+        help="model calls per episode (env default 8; Harbor: the agent's own)",
     )
     r.add_argument(
-        "--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)"
+        "--max-tokens",
+        type=int,
+        help="tokens per model call (env default 256; Harbor: the agent's own)",
+    )
+    r.add_argument(
+        "--temperature",
+        type=float,
+        help="sampling temperature (env default 1.0; Harbor: the agent's own)",
     )
     r.add_argument(
         "--tool-format",
