@@ -260,6 +260,7 @@ async def test_oracle_and_nop_need_no_model(agent, reward, tmp_path):
     assert result.atif == "none" and result.n_turns == 0 and out.document is None
     assert result.rollout_type is RolloutType.EVAL
     assert out.trial_dir is not None and "agent_execution" in result.timings
+    assert result.trial_dir == str(out.trial_dir) and result.exception_type is None
 
 
 async def test_a_multi_key_reward_needs_a_reward_key(tmp_path):

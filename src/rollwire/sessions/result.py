@@ -44,6 +44,10 @@ class RolloutResult(BaseModel):
     turns: list[TurnRecord] | None = None
     atif: Literal["match", "MISMATCH", "none"] = "none"
     timings: dict[str, float] = Field(default_factory=dict)
+    # Where the harness left its own records (Harbor trials), and what went wrong, by type.
+    exception_type: str | None = None
+    trial_dir: str | None = None
+    agent_log_tail: str | None = None
 
 
 def coerce_reward(value: Any) -> tuple[float | None, str | None]:

@@ -366,6 +366,9 @@ async def _finish(
     agent_log = outcome.agent_log_tail
     if agent_log is None and outcome.trial_dir is not None:
         agent_log = await anyio.to_thread.run_sync(_pane_tail, outcome.trial_dir / "agent")
+    result.exception_type = outcome.exception_type
+    result.trial_dir = str(outcome.trial_dir) if outcome.trial_dir is not None else None
+    result.agent_log_tail = agent_log
     return HarborRollout(
         result=result,
         document=document,
