@@ -9,6 +9,7 @@ tool names.
 from __future__ import annotations
 
 import abc
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -27,6 +28,21 @@ def refuse_reserved(name: str) -> None:
             f"tool name {name!r} is reserved for orchestration ({', '.join(sorted(RESERVED_TOOL_NAMES))}) "
             "and is never offered to the agent"
         )
+
+
+def refused_call(name: str, known: Iterable[str], *, done: bool) -> ToolResult | None:
+    """The tool error for a call no session may run (reserved, unknown, after the end), or None."""
+    try:
+        refuse_reserved(name)
+    except ReservedToolName as exc:
+        return ToolResult(content=str(exc), error=str(exc))
+    if name not in known:
+        msg = f"unknown tool {name!r}; available: {sorted(known)}"
+        return ToolResult(content=msg, error=msg)
+    if done:
+        msg = "the episode is over; no more actions are accepted"
+        return ToolResult(content=msg, error=msg, done=True)
+    return None
 
 
 class ToolSpec(BaseModel):

@@ -17,6 +17,7 @@ from rollwire.sessions.base import (
     ToolResult,
     ToolSpec,
     refuse_reserved,
+    refused_call,
 )
 
 
@@ -112,17 +113,10 @@ class StepEnvSession(ResourceSession):
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         """One action: validated, stepped, observed. Errors are results the agent reads."""
-        try:
-            refuse_reserved(name)
-        except ValueError as exc:
-            return ToolResult(content=str(exc), error=str(exc))
-        tool = self._by_name.get(name)
-        if tool is None:
-            msg = f"unknown tool {name!r}; available: {sorted(self._by_name)}"
-            return ToolResult(content=msg, error=msg)
-        if self.done:
-            msg = "the episode is over; no more actions are accepted"
-            return ToolResult(content=msg, error=msg, done=True)
+        refused = refused_call(name, self._by_name, done=self.done)
+        if refused is not None:
+            return refused
+        tool = self._by_name[name]
         if not isinstance(arguments, dict):
             msg = f"arguments must be a JSON object, got {type(arguments).__name__}"
             return ToolResult(content=msg, error=msg)

@@ -42,6 +42,7 @@ from rollwire.sessions.base import (
     ToolResult,
     ToolSpec,
     refuse_reserved,
+    refused_call,
 )
 from rollwire.sessions.stepenv import ActionTool, StepOutcome, ToolArgumentError
 
@@ -504,17 +505,10 @@ class BrowserGymSession(ResourceSession):
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         """One action; bad arguments, BrowserGym's action errors and a finished episode are tool
         errors the agent reads. A browser failure ends the episode with no verdict."""
-        try:
-            refuse_reserved(name)
-        except ValueError as exc:
-            return ToolResult(content=str(exc), error=str(exc))
-        tool = self._by_name.get(name)
-        if tool is None:
-            msg = f"unknown tool {name!r}; available: {sorted(self._by_name)}"
-            return ToolResult(content=msg, error=msg)
-        if self.done or self._closed:
-            msg = "the episode is over; no more actions are accepted"
-            return ToolResult(content=msg, error=msg, done=True)
+        refused = refused_call(name, self._by_name, done=self.done or self._closed)
+        if refused is not None:
+            return refused
+        tool = self._by_name[name]
         if not self._started:
             msg = "the episode has not started"
             return ToolResult(content=msg, error=msg)
