@@ -395,45 +395,11 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
 
 
 async def _info(args: argparse.Namespace) -> dict[str, Any]:
-    from rollwire.harnesses.envs.registry import list_tasks
-    from rollwire.harnesses.harbor.datasets import DatasetError, resolve_dataset
-    from rollwire.harnesses.harbor.sandboxes import available_sandboxes
-    from rollwire.harnesses.harbor.seams import available_harnesses
+    from rollwire.tools.info import info_report
 
-    report: dict[str, Any] = {}
-    if args.llm_url:
-        cert = await validate_llm(args.llm_url, model=args.model, api_key=args.api_key)
-        report["endpoint"] = cert.model_dump(mode="json")
-    sandboxes = await anyio.to_thread.run_sync(available_sandboxes)
-    report["sandboxes"] = [s.model_dump(mode="json") for s in sandboxes]
-    report["harnesses"] = [
-        {"name": n, "available": ok, "reason": why} for n, ok, why in available_harnesses()
-    ]
-    datasets = []
-    bundled = ["examples/tasks"] if await anyio.Path("examples/tasks").is_dir() else []
-    for source in args.dataset or bundled:
-        try:
-            ds = resolve_dataset(source)
-            datasets.append(
-                {
-                    "source": source,
-                    "name": ds.name,
-                    "tasks": len(ds.tasks),
-                    "skipped": list(ds.skipped),
-                }
-            )
-        except DatasetError as exc:
-            datasets.append({"source": source, "error": str(exc)})
-    report["datasets"] = datasets
-    listing = list_tasks()
-    families: dict[str, Any] = {}
-    for t in listing.tasks:
-        families[t.family] = families.get(t.family, 0) + 1
-    report["env_families"] = {
-        **{f: {"available": True, "tasks": n} for f, n in families.items()},
-        **{f: {"available": False, "reason": why} for f, why in listing.unavailable.items()},
-    }
-    return report
+    return await info_report(
+        llm_url=args.llm_url, model=args.model, api_key=args.api_key, datasets=args.dataset
+    )
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
@@ -462,6 +428,36 @@ def _cmd_info(args: argparse.Namespace) -> int:
             + (f"{f['tasks']} tasks" if f["available"] else f"unavailable: {f['reason']}")
         )
     return 0
+
+
+async def _serve_mcp_http(host: str, port: int, token: str | None) -> None:
+    from rollwire.server.mcp_app import ServerState, build_server, http_app
+
+    state = ServerState()
+    app = http_app(build_server(state), host=host, token=token, loopback=_is_loopback(host))
+    sock = _open(host, port)
+    try:
+        async with serving(app, sock, stop_on_exit=False):
+            auth = "bearer token required" if token else "no auth (loopback only)"
+            _say(f"rollwire MCP server on {url_of(sock)}/mcp (streamable HTTP, {auth})")
+    finally:
+        await state.aclose()
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    if args.stdio:
+        from rollwire.server.mcp_app import serve_stdio
+
+        anyio.run(serve_stdio)
+        return 0
+    if not _is_loopback(args.host) and not args.token:
+        _say(f"rollwire serve: --host {args.host} is reachable from outside: set --token")
+        return 2
+    anyio.run(_serve_mcp_http, args.host, args.port, args.token)
+    return 0
+
+
+DEFAULT_MCP_PORT = 8400
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -654,6 +650,27 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--dataset", action="append", help="a Harbor dataset to resolve (repeatable)")
     i.add_argument("--json", action="store_true", help="print JSON")
     i.set_defaults(func=_cmd_info)
+
+    m = sub.add_parser(
+        "serve",
+        help="run the MCP server (stdio or streamable HTTP)",
+        description=(
+            "The rollwire MCP server: list_tasks, validate_llm, run_rollout, get_rollout_graph, "
+            "info, and the resource rollout://{rollout_id}/document. --stdio for a local client "
+            "that spawns it; --http serves streamable HTTP at /mcp. Logs go to stderr."
+        ),
+    )
+    mode = m.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--stdio", action="store_true", help="serve over stdin/stdout")
+    mode.add_argument("--http", action="store_true", help="serve streamable HTTP at /mcp")
+    m.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
+    m.add_argument(
+        "--port", type=int, default=DEFAULT_MCP_PORT, help=f"HTTP port (default {DEFAULT_MCP_PORT})"
+    )
+    m.add_argument(
+        "--token", help="bearer token every HTTP request must carry (required off loopback)"
+    )
+    m.set_defaults(func=_cmd_serve)
     return parser
 
 

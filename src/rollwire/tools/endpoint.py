@@ -1,0 +1,106 @@
+"""Endpoints the MCP server talks to: certified once per endpoint, one capture proxy each.
+
+A usable certification is cached per (llm_url, model, api_key); one that was not usable is not
+cached, so an engine that comes up later is certified on the next call. Each usable endpoint
+gets one in-process :class:`CaptureProxy` (and one upstream client) shared by every rollout.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import anyio
+
+from rollwire.capture.certify import Certification, Verdict, validate_llm
+from rollwire.capture.proxy import CaptureProxy, ProxyConfig
+from rollwire.capture.upstream import Upstream
+
+log = logging.getLogger("rollwire.mcp")
+
+EndpointKey = tuple[str, str | None, str | None]
+
+
+@dataclass
+class Endpoint:
+    """A certified endpoint and the capture proxy in front of it."""
+
+    certification: Certification
+    proxy: CaptureProxy
+    upstream: Upstream
+
+
+class EndpointNotUsable(RuntimeError):
+    """Certification said NOT USABLE; ``certification`` says why."""
+
+    def __init__(self, certification: Certification) -> None:
+        reasons = "; ".join(
+            f"{f.code}: {f.message}" for f in certification.findings if f.level.value == "FATAL"
+        ) or "; ".join(f"{f.code}: {f.message}" for f in certification.findings)
+        super().__init__(
+            f"{certification.llm_url} is {certification.verdict.value}"
+            + (f" ({reasons})" if reasons else "")
+        )
+        self.certification = certification
+
+
+class EndpointPool:
+    """Certifications and capture proxies, keyed by endpoint."""
+
+    def __init__(self) -> None:
+        self._certs: dict[EndpointKey, Certification] = {}
+        self._endpoints: dict[EndpointKey, Endpoint] = {}
+        self._locks: dict[EndpointKey, anyio.Lock] = {}
+        self.certify_calls = 0  # how many certifications actually ran (cache misses)
+
+    async def certify(
+        self, llm_url: str, *, model: str | None, api_key: str | None, probe_tools: bool = True
+    ) -> Certification:
+        """Certify now (no cache read); a usable result is remembered for rollouts."""
+        self.certify_calls += 1
+        cert = await validate_llm(llm_url, model=model, api_key=api_key, probe_tools=probe_tools)
+        if cert.verdict is not Verdict.NOT_USABLE and cert.model is not None:
+            self._certs[(llm_url, model, api_key)] = cert
+        return cert
+
+    async def endpoint(self, llm_url: str, *, model: str | None, api_key: str | None) -> Endpoint:
+        """The endpoint's proxy, certifying it first when no usable certification is cached.
+
+        Raises :class:`EndpointNotUsable` when the endpoint is not usable.
+        """
+        key = (llm_url, model, api_key)
+        lock = self._locks.setdefault(key, anyio.Lock())
+        async with lock:
+            made = self._endpoints.get(key)
+            if made is not None:
+                return made
+            cert = self._certs.get(key)
+            if cert is None:
+                cert = await self.certify(llm_url, model=model, api_key=api_key, probe_tools=False)
+            if cert.verdict is Verdict.NOT_USABLE or cert.model is None:
+                raise EndpointNotUsable(cert)
+            log.info("%s certified %s (%s)", llm_url, cert.verdict.value, cert.model)
+            upstream = Upstream(llm_url, api_key=api_key)
+            proxy = CaptureProxy(
+                ProxyConfig(
+                    llm_url=llm_url,
+                    model=cert.model,
+                    capture_level=cert.capture_level,
+                    param_fixes=tuple(f.param for f in cert.param_fixes),
+                ),
+                upstream=upstream,
+            )
+            made = Endpoint(certification=cert, proxy=proxy, upstream=upstream)
+            self._endpoints[key] = made
+            return made
+
+    @property
+    def n_proxies(self) -> int:
+        """Capture proxies built so far (one per endpoint)."""
+        return len(self._endpoints)
+
+    async def aclose(self) -> None:
+        """Close every upstream client."""
+        endpoints, self._endpoints = list(self._endpoints.values()), {}
+        for made in endpoints:
+            await made.upstream.aclose()
