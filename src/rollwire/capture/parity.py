@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 from rollwire.capture.certify import TOOL_MANIFEST, Verdict, validate_llm
 from rollwire.capture.export import RolloutDocument
 from rollwire.capture.findings import Finding, fatal, warn
-from rollwire.capture.proxy import CaptureProxy, ProxyConfig
+from rollwire.capture.proxy import CaptureProxy, certified_config
 from rollwire.capture.upstream import Upstream, UpstreamError
 
 SYSTEM = "You are a helpful assistant. Use the get_weather tool when asked about weather."
@@ -166,12 +166,7 @@ async def run_parity(
         return report
     upstream = Upstream(llm_url, api_key=api_key)
     proxy = CaptureProxy(
-        ProxyConfig(
-            llm_url=llm_url,
-            model=cert.model,
-            capture_level=cert.capture_level,
-            param_fixes=tuple(f.param for f in cert.param_fixes),
-        ),
+        certified_config(llm_url, cert),
         upstream=upstream,
     )
     try:

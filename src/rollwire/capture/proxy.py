@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from rollwire.capture.certify import Certification
 from rollwire.capture.dialects import chat
 from rollwire.capture.findings import warn
 from rollwire.capture.ingest import ingest_chat_reply
@@ -48,6 +49,17 @@ class ProxyConfig:
     timeout_s: float = 600.0
     # Parameters the endpoint rejected at certification: dropped from every request.
     param_fixes: tuple[str, ...] = ()
+
+
+def certified_config(llm_url: str, cert: Certification, **settings: Any) -> ProxyConfig:
+    """The configuration a certification earned: its resolved model, tier and parameter fixes."""
+    return ProxyConfig(
+        llm_url=llm_url,
+        model=cert.model,
+        capture_level=cert.capture_level,
+        param_fixes=tuple(f.param for f in cert.param_fixes),
+        **settings,
+    )
 
 
 def json_response(data: Any, status: int = 200) -> Response:

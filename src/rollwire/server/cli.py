@@ -20,7 +20,7 @@ import orjson
 
 from rollwire.capture.certify import Certification, Verdict, render_table, validate_llm
 from rollwire.capture.parity import render_report, run_parity
-from rollwire.capture.proxy import CaptureProxy, ProxyConfig
+from rollwire.capture.proxy import CaptureProxy, certified_config
 from rollwire.capture.rollout import CaptureLevel
 from rollwire.capture.upstream import Upstream
 from rollwire.server.serving import BindError, bind, serving, url_of
@@ -59,14 +59,12 @@ async def _serve_proxy(args: argparse.Namespace) -> None:
     cert = await _preflight(args)
     model, level = cert.model, cert.capture_level
     proxy = CaptureProxy(
-        ProxyConfig(
-            llm_url=args.llm_url,
-            model=model,
+        certified_config(
+            args.llm_url,
+            cert,
             api_key=args.api_key,
             admin_key=args.admin_key,
-            capture_level=level,
             max_body_bytes=int(args.max_body_mb * 1024 * 1024),
-            param_fixes=tuple(f.param for f in cert.param_fixes),
         )
     )
     sock = _open(args.host, args.port)
@@ -249,12 +247,7 @@ async def _certified_proxy(args: argparse.Namespace) -> tuple[CaptureProxy, Upst
     _say(f"rollwire rollout: {args.llm_url} certified {cert.verdict.value} ({cert.model})")
     upstream = Upstream(args.llm_url, api_key=args.api_key)
     proxy = CaptureProxy(
-        ProxyConfig(
-            llm_url=args.llm_url,
-            model=cert.model,
-            capture_level=cert.capture_level,
-            param_fixes=tuple(f.param for f in cert.param_fixes),
-        ),
+        certified_config(args.llm_url, cert),
         upstream=upstream,
     )
     return proxy, upstream

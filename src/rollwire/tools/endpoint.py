@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import anyio
 
 from rollwire.capture.certify import Certification, Verdict, validate_llm
-from rollwire.capture.proxy import CaptureProxy, ProxyConfig
+from rollwire.capture.proxy import CaptureProxy, certified_config
 from rollwire.capture.upstream import Upstream
 
 log = logging.getLogger("rollwire.mcp")
@@ -82,12 +82,7 @@ class EndpointPool:
             log.info("%s certified %s (%s)", llm_url, cert.verdict.value, cert.model)
             upstream = Upstream(llm_url, api_key=api_key)
             proxy = CaptureProxy(
-                ProxyConfig(
-                    llm_url=llm_url,
-                    model=cert.model,
-                    capture_level=cert.capture_level,
-                    param_fixes=tuple(f.param for f in cert.param_fixes),
-                ),
+                certified_config(llm_url, cert),
                 upstream=upstream,
             )
             made = Endpoint(certification=cert, proxy=proxy, upstream=upstream)
