@@ -306,10 +306,16 @@ def test_harbor_rollout_with_terminus_2_against_the_engine_returns_reward_sequen
         "160",
         "--temperature",
         "0.7",
+        "--seed",
+        "2",  # seeded: unseeded, terminus-2 sometimes looped to its time limit (all calls auxiliary)
         timeout=600,
     )
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    assert result["ok"], (result["error"], result["findings"], out.stderr[-2000:])
+    assert result["ok"], (
+        result["error"],
+        [(f["level"], f["code"], f["message"][:150]) for f in result["findings"]],
+        result["stop_reason"],
+    )
     assert result["reward"] is not None and result["atif"] in ("match", "MISMATCH")
     assert result["n_trainable_tokens"] > 0
     (doc,) = [json.loads(p.read_text()) for p in tmp_path.glob("*.json")]

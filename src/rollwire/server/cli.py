@@ -258,7 +258,7 @@ def _harbor_agent_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     kwargs: dict[str, Any] = {}
     if args.max_turns is not None:
         kwargs["max_turns"] = args.max_turns
-    call: dict[str, Any] = {}
+    call: dict[str, Any] = {"seed": args.seed}  # seeded sampling: a rollout can be reproduced
     if args.max_tokens is not None:
         call["max_tokens"] = args.max_tokens
     if args.temperature is not None:
