@@ -29,10 +29,8 @@ def fake() -> Iterator[tuple[FakeVLLM, str]]:
 @pytest.fixture
 async def client(tmp_path, monkeypatch) -> AsyncIterator[tuple[Client, ServerState]]:
     monkeypatch.setenv("ROLLWIRE_TRIALS_DIR", str(tmp_path / "trials"))
-    state = ServerState()
-    async with Client(build_server(state), read_timeout_seconds=240) as c:
+    async with ServerState() as state, Client(build_server(state), read_timeout_seconds=240) as c:
         yield c, state
-    await state.aclose()
 
 
 async def test_terminus2_harbor_rollout_through_mcp_is_trainable_and_linked(client, fake):
@@ -44,7 +42,7 @@ async def test_terminus2_harbor_rollout_through_mcp_is_trainable_and_linked(clie
     vllm.reset()
     vllm.behavior.update(scripted_replies=list(COUNT_ERRORS))
     task = f"harbor:{EXAMPLES}#count-errors"
-    args = {"task": task, "llm_url": url, "max_turns": 6, "include_tokens": True}
+    args = {"task": task, "llm_url": url, "limits": {"max_turns": 6}, "include_tokens": True}
     out = (await c.call_tool("run_rollout", args)).structured_content
     assert out["ok"], out
     assert out["reward"] == 1.0 and out["task"] == task and out["harness"] == "terminus-2"

@@ -13,11 +13,11 @@ from mcp import Client, StdioServerParameters
 
 from tests.fakes.serve import serve_in_thread
 from tests.fakes.vllm import FakeVLLM
+from tests.tools.test_mcp_inmemory import TOOLS
 
 pytestmark = pytest.mark.anyio
 
 ROOT = Path(__file__).resolve().parents[2]
-TOOLS = {"list_tasks", "validate_llm", "run_rollout", "get_rollout_graph", "info"}
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ import gc
 import ipaddress
 import json
 import logging
+import secrets
 import socket
 import sys
 from collections.abc import Sequence
@@ -423,31 +424,65 @@ def _cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _serve_mcp_http(host: str, port: int, token: str | None) -> None:
-    from rollwire.server.mcp_app import ServerState, build_server, http_app
+def _server_state(args: argparse.Namespace, admin_key: str | None = None) -> Any:
+    from rollwire.server.mcp_app import ServerState
+    from rollwire.tools.endpoint import EndpointPool
+    from rollwire.tools.rollouts import LLMSpec
 
-    state = ServerState()
-    app = http_app(build_server(state), host=host, token=token, loopback=_is_loopback(host))
-    sock = _open(host, port)
-    try:
-        async with serving(app, sock, stop_on_exit=False):
-            auth = "bearer token required" if token else "no auth (loopback only)"
-            _say(f"rollwire MCP server on {url_of(sock)}/mcp (streamable HTTP, {auth})")
-    finally:
-        await state.aclose()
+    llm = None
+    if args.llm_url:
+        llm = LLMSpec(url=args.llm_url, model=args.model, api_key=args.api_key)
+    return ServerState(pool=EndpointPool(admin_key=admin_key), default_llm=llm)
+
+
+async def _serve_mcp_http(
+    args: argparse.Namespace, token: str | None, admin_key: str | None
+) -> None:
+    from rollwire.server.mcp_app import build_server, http_app
+
+    state = _server_state(args, admin_key)
+    app = http_app(
+        build_server(state), host=args.host, token=token, loopback=_is_loopback(args.host)
+    )
+    sock = _open(args.host, args.port)
+    async with serving(app, sock, stop_on_exit=False):
+        root = url_of(sock)
+        auth = "bearer token required" if token else "no auth (loopback only)"
+        _say(f"rollwire MCP server on {root}/mcp (streamable HTTP, {auth}); health {root}/health")
+        if args.llm_url:
+            _say(f"  default engine {args.llm_url}; its capture proxy at {root}/capture/v1")
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     if args.stdio:
         from rollwire.server.mcp_app import serve_stdio
 
-        anyio.run(serve_stdio)
+        anyio.run(serve_stdio, _server_state(args))
         return 0
-    if not _is_loopback(args.host) and not args.token:
-        _say(f"rollwire serve: --host {args.host} is reachable from outside: set --token")
-        return 2
-    anyio.run(_serve_mcp_http, args.host, args.port, args.token)
+    token, admin_key, notes = http_secrets(args.host, args.token, args.admin_key)
+    for note in notes:
+        _say(f"rollwire serve: {note}")
+    anyio.run(_serve_mcp_http, args, token, admin_key)
     return 0
+
+
+def http_secrets(
+    host: str, token: str | None, admin_key: str | None
+) -> tuple[str | None, str | None, list[str]]:
+    """Off loopback the server never runs without auth: a missing bearer token or admin key is
+    generated, and printed once (the notes) so the operator can hand it out."""
+    notes: list[str] = []
+    if _is_loopback(host):
+        return token, admin_key, notes
+    if not token:
+        token = secrets.token_urlsafe(32)
+        notes.append(
+            f"--host {host} is reachable from outside; generated MCP bearer token: {token}"
+        )
+    if not admin_key:
+        admin_key = secrets.token_urlsafe(32)
+        notes.append(f"generated capture control-plane admin key: {admin_key}")
+    return token, admin_key, notes
 
 
 DEFAULT_MCP_PORT = 8400
@@ -648,9 +683,12 @@ def build_parser() -> argparse.ArgumentParser:
         "serve",
         help="run the MCP server (stdio or streamable HTTP)",
         description=(
-            "The rollwire MCP server: list_tasks, validate_llm, run_rollout, get_rollout_graph, "
-            "info, and the resource rollout://{rollout_id}/document. --stdio for a local client "
-            "that spawns it; --http serves streamable HTTP at /mcp. Logs go to stderr."
+            "The rollwire MCP server: list_tasks, validate_llm, run_rollout, start_rollout, "
+            "get_rollout, cancel_rollout, list_rollouts, get_rollout_graph, info, and the "
+            "resources rollout://{rollout_id}/document and /graph. --stdio for a local client "
+            "that spawns it (Claude Desktop, an IDE); --http serves streamable HTTP at /mcp, "
+            "the --llm-url engine's capture proxy at /capture/v1 and /health. --llm-url is the "
+            "engine rollouts use when a call names none. Logs go to stderr."
         ),
     )
     mode = m.add_mutually_exclusive_group(required=True)
@@ -661,8 +699,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--port", type=int, default=DEFAULT_MCP_PORT, help=f"HTTP port (default {DEFAULT_MCP_PORT})"
     )
     m.add_argument(
-        "--token", help="bearer token every HTTP request must carry (required off loopback)"
+        "--token",
+        help="bearer token every /mcp request must carry (generated and printed off loopback)",
     )
+    m.add_argument(
+        "--admin-key",
+        help="admin key of the capture proxies' control plane (generated off loopback)",
+    )
+    _endpoint_args(m, required=False)
     m.set_defaults(func=_cmd_serve)
     return parser
 

@@ -7,29 +7,44 @@ stderr only (stdout is the stdio transport).
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import logging
+import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
+import anyio
 import orjson
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import BaseModel, Field
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Mount, Route
 
 from rollwire.capture.certify import Certification
-from rollwire.tools.endpoint import EndpointPool
+from rollwire.tools.endpoint import EndpointNotUsable, EndpointPool
 from rollwire.tools.info import info_report
+from rollwire.tools.jobs import Job, JobRegistry, RolloutStatus, Runner
 from rollwire.tools.rollouts import (
     PHASES,
+    Limits,
+    LLMSpec,
+    Plan,
     RolloutArgumentError,
     RolloutGraphView,
     RolloutRequest,
     RolloutStore,
     RolloutSummary,
+    Sampling,
     graph_view,
+    plan,
+    resolve_llm,
 )
 from rollwire.tools.rollouts import run_rollout as execute_rollout
 from rollwire.tools.tasks import TaskPage, TaskRefError, list_task_page
@@ -46,13 +61,34 @@ Harbor tasks (e.g. 'harbor:examples/tasks#count-errors')."""
 
 @dataclass
 class ServerState:
-    """What outlives one call: certified endpoints and finished rollouts."""
+    """What outlives one call: certified endpoints, rollouts in flight and finished ones.
+
+    Enter it (``async with ServerState() as state``) to serve: it then owns the background
+    rollouts and the proxies' loopback servers, and leaving it cancels and cleans up every
+    running rollout before closing the upstream clients.
+    """
 
     pool: EndpointPool = field(default_factory=EndpointPool)
     store: RolloutStore = field(default_factory=RolloutStore)
+    jobs: JobRegistry = field(default_factory=JobRegistry)
+    default_llm: LLMSpec | None = None
+    _stack: contextlib.AsyncExitStack | None = None
+
+    async def __aenter__(self) -> ServerState:
+        async with contextlib.AsyncExitStack() as stack:
+            await stack.enter_async_context(self.pool)
+            await stack.enter_async_context(self.jobs)
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.aclose()  # jobs first (cancel, clean up), then the pool
+        await self.pool.aclose()
 
     async def aclose(self) -> None:
-        """Close every upstream client."""
+        """Close every upstream client (for a state that was never entered)."""
         await self.pool.aclose()
 
 
@@ -62,6 +98,13 @@ class HarnessStatus(BaseModel):
     name: str
     available: bool
     reason: str | None = None
+
+
+class RolloutList(BaseModel):
+    """list_rollouts' answer."""
+
+    rollouts: list[RolloutStatus]
+    counts: dict[str, int] = Field(description="rollouts per status")
 
 
 class InfoReport(BaseModel):
@@ -115,60 +158,200 @@ def build_server(state: ServerState | None = None) -> MCPServer:
         """
         return await state.pool.certify(llm_url, model=model, api_key=api_key)
 
-    @mcp.tool()
-    async def run_rollout(
+    def request_of(
         task: str,
-        ctx: Context,
-        llm_url: str | None = None,
-        model: str | None = None,
-        harness: str = "terminus-2",
-        seed: int | None = None,
-        task_config: dict[str, Any] | None = None,
-        max_turns: Annotated[int | None, Field(ge=1)] = None,
-        max_tokens: Annotated[int | None, Field(ge=1)] = None,
-        temperature: Annotated[float | None, Field(ge=0)] = None,
-        reward_key: str | None = None,
-        include_tokens: bool = False,
-        api_key: str | None = None,
-    ) -> RolloutSummary:
-        """Run one rollout to the end and return its reward and capture summary.
-
-        task: a reference from list_tasks: 'family:name' (env task, run by rollwire's tool
-        loop; needs llm_url) or 'harbor:<dataset>#<task name>' (Harbor task in the local
-        sandbox with `harness`: terminus-2 needs llm_url; oracle and nop need no model).
-        llm_url: the engine's OpenAI base URL; certified once per endpoint, every model call
-        is captured through a proxy. seed, task_config (a JSON object): env tasks only.
-        max_turns/max_tokens/temperature: env defaults 8/256/1.0; for Harbor, the agent's own.
-        reward_key: which reward of a multi-reward verifier is the reward.
-        include_tokens: also return each sequence's input_ids, loss_mask and logprobs.
-        The call stays open until the rollout ends and reports progress per phase. A failed
-        rollout is ok=false with `error`, not a tool error. Keep `rollout_id` for
-        get_rollout_graph and the resource rollout://{rollout_id}/document.
-        """
-        request = RolloutRequest(
+        harness: str | None,
+        sandbox: str | None,
+        llm: LLMSpec | str | None,
+        sampling: Sampling | None,
+        limits: Limits | None,
+        reward_key: str | None,
+        include_tokens: bool,
+        seed: int | None,
+        task_config: dict[str, Any] | None,
+        llm_url: str | None,
+        model: str | None,
+        api_key: str | None,
+    ) -> RolloutRequest:
+        try:
+            spec = resolve_llm(
+                llm, llm_url=llm_url, model=model, api_key=api_key, default=state.default_llm
+            )
+        except RolloutArgumentError as exc:
+            raise ToolError(str(exc)) from None
+        return RolloutRequest(
             task=task,
-            llm_url=llm_url,
-            model=model,
-            api_key=api_key,
             harness=harness,
+            sandbox=sandbox,
+            llm=spec,
+            sampling=sampling or Sampling(),
+            limits=limits or Limits(),
             seed=seed,
             task_config=task_config,
-            max_turns=max_turns,
-            max_tokens=max_tokens,
-            temperature=temperature,
             reward_key=reward_key,
             include_tokens=include_tokens,
         )
 
-        async def progress(done: float, message: str) -> None:
-            await ctx.report_progress(done, PHASES, message)
-
+    async def checked(request: RolloutRequest) -> Plan:
         try:
-            return await execute_rollout(
-                request, pool=state.pool, store=state.store, progress=progress
-            )
+            return await anyio.to_thread.run_sync(plan, request)
         except RolloutArgumentError as exc:
             raise ToolError(str(exc)) from None
+
+    def runner(request: RolloutRequest, checked_plan: Plan, ctx: Context | None) -> Runner:
+        async def run(job: Job) -> RolloutSummary:
+            async def progress(done: float, message: str) -> None:
+                job.report(done, PHASES, message)
+                if ctx is not None:
+                    await ctx.report_progress(done, PHASES, message)
+
+            return await execute_rollout(
+                request,
+                pool=state.pool,
+                store=state.store,
+                progress=progress,
+                rollout_id=job.rollout_id,
+                checked=checked_plan,
+            )
+
+        return run
+
+    @mcp.tool()
+    async def run_rollout(
+        task: str,
+        ctx: Context,
+        harness: str | None = None,
+        sandbox: str | None = None,
+        llm: LLMSpec | str | None = None,
+        sampling: Sampling | None = None,
+        limits: Limits | None = None,
+        reward_key: str | None = None,
+        include_tokens: bool = False,
+        seed: int | None = None,
+        task_config: dict[str, Any] | None = None,
+        llm_url: str | None = None,
+        model: str | None = None,
+        api_key: str | None = None,
+    ) -> RolloutSummary:
+        """Run one rollout to the end and return its reward and capture summary.
+
+        task: a reference from list_tasks: 'family:name' (an env task, run by rollwire's own
+        tool loop) or 'harbor:<dataset>#<task name>' (a Harbor task).
+        harness: Harbor tasks only: terminus-2 (default; calls the model), oracle or nop (no
+        model); see the info tool. sandbox: Harbor tasks only: 'local' (default).
+        llm: the engine: its OpenAI base URL, or {url, model, api_key}; llm_url/model/api_key
+        are the same as flat fields; omitted, the server's --llm-url. Certified once per
+        endpoint; every model call is captured through a proxy.
+        sampling: {temperature, max_tokens, seed}; env defaults 1.0/256; for Harbor agents,
+        the agent's own unless given. limits: {max_turns (env default 8), max_model_calls,
+        timeout_s}. seed: env episode seed (and the agent's sampling seed).
+        task_config: env tasks only, a JSON object for the task's generator.
+        reward_key: which reward of a multi-reward verifier is the reward.
+        include_tokens: also return each sequence's input_ids, loss_mask and logprobs.
+        The call stays open and reports progress per phase; cancelling it tears the sandbox
+        down and closes the capture session. A failed rollout is ok=false with `error`, not a
+        tool error. Keep `rollout_id` for get_rollout_graph and rollout://{rollout_id}/document.
+        For a client that cannot hold a call open: start_rollout + get_rollout.
+        """
+        request = request_of(
+            task,
+            harness,
+            sandbox,
+            llm,
+            sampling,
+            limits,
+            reward_key,
+            include_tokens,
+            seed,
+            task_config,
+            llm_url,
+            model,
+            api_key,
+        )
+        checked_plan = await checked(request)
+        job = state.jobs.add(Job(uuid.uuid4().hex, task))
+        summary = await job.run(runner(request, checked_plan, ctx))
+        if summary is None:
+            raise ToolError(f"rollout {job.rollout_id} was cancelled (cancel_rollout)")
+        return summary
+
+    @mcp.tool()
+    async def start_rollout(
+        task: str,
+        harness: str | None = None,
+        sandbox: str | None = None,
+        llm: LLMSpec | str | None = None,
+        sampling: Sampling | None = None,
+        limits: Limits | None = None,
+        reward_key: str | None = None,
+        include_tokens: bool = False,
+        seed: int | None = None,
+        task_config: dict[str, Any] | None = None,
+        llm_url: str | None = None,
+        model: str | None = None,
+        api_key: str | None = None,
+    ) -> RolloutStatus:
+        """Start a rollout in the background and return at once with its rollout_id.
+
+        Same arguments as run_rollout, checked before anything starts (a bad argument is a
+        tool error). Poll get_rollout(rollout_id) for progress and, once status is done or
+        failed, the result; cancel_rollout(rollout_id) stops it (sandbox torn down).
+        """
+        request = request_of(
+            task,
+            harness,
+            sandbox,
+            llm,
+            sampling,
+            limits,
+            reward_key,
+            include_tokens,
+            seed,
+            task_config,
+            llm_url,
+            model,
+            api_key,
+        )
+        checked_plan = await checked(request)
+        job = Job(uuid.uuid4().hex, task)
+        try:
+            state.jobs.start(job, runner(request, checked_plan, None))
+        except RuntimeError as exc:
+            raise ToolError(f"start_rollout: {exc}") from None
+        return job.view()
+
+    @mcp.tool()
+    async def get_rollout(rollout_id: str) -> RolloutStatus:
+        """A rollout's status (running, done, failed, cancelled), progress (phase done/total and
+        message) and, once finished, its result (as run_rollout returns it)."""
+        return lookup(rollout_id).view()
+
+    @mcp.tool()
+    async def cancel_rollout(rollout_id: str) -> RolloutStatus:
+        """Cancel a running rollout and wait until it has cleaned up (sandbox torn down,
+        capture session closed); nothing is stored for it. A finished rollout is left as is."""
+        job = await state.jobs.cancel(lookup(rollout_id).rollout_id)
+        assert job is not None
+        return job.view()
+
+    @mcp.tool()
+    async def list_rollouts(
+        status: Literal["running", "done", "failed", "cancelled"] | None = None,
+    ) -> RolloutList:
+        """Every rollout this server knows, newest first (without results: get_rollout has
+        them); status filters. Counts cover all of them."""
+        jobs = state.jobs.jobs()
+        counts: dict[str, int] = {}
+        for job in jobs:
+            counts[job.status] = counts.get(job.status, 0) + 1
+        shown = [j.view(with_result=False) for j in reversed(jobs) if status in (None, j.status)]
+        return RolloutList(rollouts=shown, counts=counts)
+
+    def lookup(rollout_id: str) -> Job:
+        job = state.jobs.get(rollout_id)
+        if job is None:
+            raise ToolError(f"rollout_id: no rollout {rollout_id!r} on this server")
+        return job
 
     @mcp.tool()
     async def get_rollout_graph(
@@ -209,6 +392,19 @@ def build_server(state: ServerState | None = None) -> MCPServer:
             )
         return orjson.dumps(stored.document.model_dump(mode="json")).decode()
 
+    @mcp.resource(
+        "rollout://{rollout_id}/graph",
+        name="rollout_graph",
+        description="The rollout's call graph (as get_rollout_graph returns it) with its "
+        "Mermaid flowchart.",
+        mime_type="application/json",
+    )
+    async def rollout_graph(rollout_id: str) -> str:
+        stored = state.store.get(rollout_id)
+        if stored is None:
+            raise ResourceNotFoundError(f"no rollout {rollout_id!r} on this server")
+        return graph_view(rollout_id, stored.document, "mermaid").model_dump_json()
+
     return mcp
 
 
@@ -216,12 +412,21 @@ def build_server(state: ServerState | None = None) -> MCPServer:
 
 
 async def serve_stdio(state: ServerState | None = None) -> None:
-    """Serve over stdin/stdout until the client closes it."""
+    """Serve over stdin/stdout until the client closes it; then cancel what still runs."""
     state = state or ServerState()
-    try:
+    async with state:
         await build_server(state).run_stdio_async()
-    finally:
-        await state.aclose()
+
+
+async def _json(send: Any, status: int, body: dict[str, Any], headers: Any = ()) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), *headers],
+        }
+    )
+    await send({"type": "http.response.body", "body": orjson.dumps(body)})
 
 
 def _bearer(app: Any, token: str) -> Any:
@@ -233,33 +438,88 @@ def _bearer(app: Any, token: str) -> Any:
             headers = dict(scope.get("headers") or [])
             given = headers.get(b"authorization", b"")
             if not hmac.compare_digest(given, expected):
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 401,
-                        "headers": [
-                            (b"content-type", b"application/json"),
-                            (b"www-authenticate", b"Bearer"),
-                        ],
-                    }
+                await _json(
+                    send, 401, {"error": "unauthorized"}, [(b"www-authenticate", b"Bearer")]
                 )
-                await send({"type": "http.response.body", "body": b'{"error":"unauthorized"}'})
                 return
         await app(scope, receive, send)
 
     return asgi
 
 
-def http_app(
-    server: MCPServer, *, host: str = "127.0.0.1", token: str | None = None, loopback: bool = True
-) -> Any:
-    """The streamable-HTTP ASGI app at ``/mcp``, behind bearer auth when ``token`` is set.
+def capture_app(state: ServerState) -> Any:
+    """The capture proxy of the server's default endpoint (``--llm-url``), as an ASGI app.
 
-    Off loopback the SDK's Host-header allow-list (DNS-rebinding protection for local servers)
-    does not apply: the bearer token is what guards the server there.
+    Certified on first use; agents call ``<mount>/v1/...`` with a session key, the control
+    plane (``<mount>/sessions``) takes the server's admin key.
     """
+
+    async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        llm = state.default_llm
+        if llm is None:
+            await _json(
+                send,
+                404,
+                {"error": "this server has no default endpoint (start it with --llm-url)"},
+            )
+            return
+        try:
+            endpoint = await state.pool.endpoint(llm.url, model=llm.model, api_key=llm.api_key)
+        except EndpointNotUsable as exc:
+            await _json(send, 503, {"error": f"endpoint not usable: {exc}"})
+            return
+        await endpoint.proxy.app(scope, receive, send)
+
+    return asgi
+
+
+def http_app(
+    server: MCPServer,
+    *,
+    host: str = "127.0.0.1",
+    token: str | None = None,
+    loopback: bool = True,
+) -> Starlette:
+    """One ASGI app: the MCP endpoint at ``/mcp`` (behind bearer auth when ``token`` is set),
+    the default endpoint's capture proxy at ``/capture``, and ``/health``.
+
+    Its lifespan enters the server's state (background rollouts, proxy servers) and the MCP
+    session manager; shutdown cancels and cleans up every running rollout. Off loopback the
+    SDK's Host-header allow-list (DNS-rebinding protection for local servers) does not apply:
+    the bearer token is what guards the server there.
+    """
+    state: ServerState = server.state  # type: ignore[attr-defined]
     security = (
         None if loopback else TransportSecuritySettings(enable_dns_rebinding_protection=False)
     )
-    app = server.streamable_http_app(transport_security=security, host=host)
-    return _bearer(app, token) if token else app
+    mcp_asgi = server.streamable_http_app(transport_security=security, host=host)
+    guarded = _bearer(mcp_asgi, token) if token else mcp_asgi
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with state, server.session_manager.run():
+            yield
+
+    async def health(request: Request) -> JSONResponse:
+        llm = state.default_llm
+        return JSONResponse(
+            {
+                "status": "ok",
+                "rollouts_running": state.jobs.running,
+                "rollouts_stored": len(state.store),
+                "llm_url": llm.url if llm else None,
+                "mcp": "/mcp",
+                "capture": "/capture/v1" if llm else None,
+            }
+        )
+
+    return Starlette(
+        routes=[
+            Route("/health", health),
+            Mount("/capture", app=capture_app(state)),
+            Mount("", app=guarded),
+        ],
+        lifespan=lifespan,
+    )

@@ -11,6 +11,7 @@ import logging
 from dataclasses import dataclass
 
 import anyio
+import anyio.abc
 
 from rollwire.capture.certify import Certification, Verdict, validate_llm
 from rollwire.capture.proxy import CaptureProxy, certified_config
@@ -45,13 +46,48 @@ class EndpointNotUsable(RuntimeError):
 
 
 class EndpointPool:
-    """Certifications and capture proxies, keyed by endpoint."""
+    """Certifications and capture proxies, keyed by endpoint.
 
-    def __init__(self) -> None:
+    Used as an async context manager, the pool also owns one loopback HTTP server per proxy
+    (:meth:`served_url`) for agents that run as separate programs, and stops them on exit.
+    """
+
+    def __init__(self, *, admin_key: str | None = None) -> None:
+        self.admin_key = admin_key
         self._certs: dict[EndpointKey, Certification] = {}
         self._endpoints: dict[EndpointKey, Endpoint] = {}
         self._locks: dict[EndpointKey, anyio.Lock] = {}
+        self._urls: dict[int, str] = {}
+        self._serve_lock = anyio.Lock()
+        self._tg: anyio.abc.TaskGroup | None = None
         self.certify_calls = 0  # how many certifications actually ran (cache misses)
+
+    async def __aenter__(self) -> EndpointPool:
+        self._tg = await anyio.create_task_group().__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        tg, self._tg = self._tg, None
+        try:
+            if tg is not None:
+                tg.cancel_scope.cancel()
+                await tg.__aexit__(None, None, None)
+        finally:
+            self._urls.clear()
+            await self.aclose()
+
+    async def served_url(self, endpoint: Endpoint) -> str | None:
+        """The root URL of ``endpoint``'s proxy on a loopback port, started on first use;
+        None when the pool is not entered (then a caller serves the proxy itself)."""
+        if self._tg is None:
+            return None
+        async with self._serve_lock:
+            url = self._urls.get(id(endpoint.proxy))
+            if url is None:
+                url = await self._tg.start(_serve, endpoint.proxy)
+                self._urls[id(endpoint.proxy)] = url
+                log.info("capture proxy for %s on %s", endpoint.proxy.config.llm_url, url)
+            return url
 
     async def certify(
         self, llm_url: str, *, model: str | None, api_key: str | None, probe_tools: bool = True
@@ -82,8 +118,7 @@ class EndpointPool:
             log.info("%s certified %s (%s)", llm_url, cert.verdict.value, cert.model)
             upstream = Upstream(llm_url, api_key=api_key)
             proxy = CaptureProxy(
-                certified_config(llm_url, cert),
-                upstream=upstream,
+                certified_config(llm_url, cert, admin_key=self.admin_key), upstream=upstream
             )
             made = Endpoint(certification=cert, proxy=proxy, upstream=upstream)
             self._endpoints[key] = made
@@ -99,3 +134,11 @@ class EndpointPool:
         endpoints, self._endpoints = list(self._endpoints.values()), {}
         for made in endpoints:
             await made.upstream.aclose()
+
+
+async def _serve(proxy: CaptureProxy, *, task_status: anyio.abc.TaskStatus[str]) -> None:
+    from rollwire.harnesses.harbor.rollout import serve_proxy
+
+    async with serve_proxy(proxy) as url:
+        task_status.started(url)
+        await anyio.sleep_forever()

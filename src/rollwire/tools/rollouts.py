@@ -7,6 +7,7 @@ A rollout's failure is a result (``ok=false`` with ``error``); only bad argument
 from __future__ import annotations
 
 import logging
+import math
 import time
 import uuid
 from collections import OrderedDict
@@ -14,17 +15,27 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+import anyio
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from rollwire.capture.export import Role, RolloutDocument, RolloutStats
 from rollwire.capture.findings import Finding, fatal
 from rollwire.sessions.result import RolloutResult
 from rollwire.tools.endpoint import EndpointNotUsable, EndpointPool
-from rollwire.tools.tasks import EnvRef, HarborRef, TaskRefError, parse_task_ref
+from rollwire.tools.tasks import (
+    EnvRef,
+    HarborRef,
+    TaskRefError,
+    check_env_task,
+    parse_task_ref,
+)
 
 log = logging.getLogger("rollwire.mcp")
 
 NO_LLM_HARNESSES = ("oracle", "nop")
+ENV_HARNESS = "rollwire-toolloop"
+DEFAULT_HARBOR_HARNESS = "terminus-2"
+LOCAL_SANDBOX = "local"
 ENV_DEFAULT_MAX_TURNS = 8
 ENV_DEFAULT_MAX_TOKENS = 256
 ENV_DEFAULT_TEMPERATURE = 1.0
@@ -64,6 +75,7 @@ class RolloutSummary(BaseModel):
     rollout_id: str
     task: str
     harness: str
+    sandbox: str | None = None
     ok: bool = Field(description="usable: no error, no FATAL finding, trainable data if train")
     error: str | None = None
     reward: float | None = Field(description="null when the verifier never ran (not 0.0)")
@@ -134,6 +146,7 @@ def summary_of(
         rollout_id=result.rollout_id,
         task=result.task,
         harness=result.harness,
+        sandbox=result.sandbox,
         ok=result.ok,
         error=result.error,
         reward=result.reward,
@@ -156,69 +169,213 @@ def summary_of(
     )
 
 
-@dataclass
-class RolloutRequest:
-    """run_rollout's arguments."""
+class LLMSpec(BaseModel):
+    """Which engine a rollout's model calls go to (an OpenAI-spec base URL)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    url: str = Field(
+        validation_alias=AliasChoices("url", "llm_url", "base_url"),
+        description="the engine's OpenAI base URL, e.g. http://127.0.0.1:8000/v1",
+    )
+    model: str | None = Field(default=None, description="served model (when several)")
+    api_key: str | None = Field(default=None, description="the engine's key, if it needs one")
+
+
+class Sampling(BaseModel):
+    """Sampling for the agent's model calls. At the tokens tier, knobs that reshape the
+    distribution (top_p, top_k, penalties) are forced to no-op by the capture proxy."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: float | None = Field(default=None, ge=0, description="env default 1.0")
+    max_tokens: int | None = Field(default=None, ge=1, description="per call; env default 256")
+    seed: int | None = Field(default=None, description="same as run_rollout's seed")
+
+
+class Limits(BaseModel):
+    """Bounds on one rollout."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_turns: int | None = Field(default=None, ge=1, description="agent turns; env default 8")
+    max_model_calls: int | None = Field(
+        default=None, ge=1, description="model calls the capture session allows"
+    )
+    timeout_s: float | None = Field(
+        default=None, gt=0, description="wall clock for the whole rollout (then ok=false)"
+    )
+
+
+class RolloutRequest(BaseModel):
+    """run_rollout's arguments, resolved (the llm is a spec or None)."""
 
     task: str
-    llm_url: str | None = None
-    model: str | None = None
-    api_key: str | None = None
-    harness: str = "terminus-2"
+    harness: str | None = None
+    sandbox: str | None = None
+    llm: LLMSpec | None = None
+    sampling: Sampling = Field(default_factory=Sampling)
+    limits: Limits = Field(default_factory=Limits)
     seed: int | None = None
     task_config: dict[str, Any] | None = None
-    max_turns: int | None = None
-    max_tokens: int | None = None
-    temperature: float | None = None
     reward_key: str | None = None
     include_tokens: bool = False
 
 
-def _check(req: RolloutRequest) -> EnvRef | HarborRef:
-    for name in ("max_turns", "max_tokens"):
-        value = getattr(req, name)
-        if value is not None and value < 1:
-            raise RolloutArgumentError(f"{name}: must be >= 1, got {value}")
-    if req.temperature is not None and req.temperature < 0:
-        raise RolloutArgumentError(f"temperature: must be >= 0, got {req.temperature}")
+def resolve_llm(
+    llm: LLMSpec | str | None,
+    *,
+    llm_url: str | None = None,
+    model: str | None = None,
+    api_key: str | None = None,
+    default: LLMSpec | None = None,
+) -> LLMSpec | None:
+    """One LLM spec from ``llm`` (a spec or a bare URL), the flat shorthand, or the default."""
+    if llm is not None and (llm_url or model or api_key):
+        raise RolloutArgumentError("llm: give `llm` or `llm_url`/`model`/`api_key`, not both")
+    if isinstance(llm, str):
+        return LLMSpec(url=llm)
+    if llm is not None:
+        return llm
+    if llm_url:
+        return LLMSpec(url=llm_url, model=model, api_key=api_key)
+    if model or api_key:
+        if default is None:
+            raise RolloutArgumentError("llm_url: required with `model`/`api_key`")
+        return default.model_copy(
+            update={"model": model or default.model, **({"api_key": api_key} if api_key else {})}
+        )
+    return default
+
+
+def _seed(req: RolloutRequest) -> int | None:
+    a, b = req.seed, req.sampling.seed
+    if a is not None and b is not None and a != b:
+        raise RolloutArgumentError(f"seed: {a} given, and sampling.seed {b}: give one")
+    return a if a is not None else b
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A checked request: what runs, where, with which model."""
+
+    ref: EnvRef | HarborRef
+    harness: str
+    sandbox: str | None
+    needs_llm: bool
+    seed: int | None
+    task_entry: Any = None  # the resolved Harbor task
+
+
+def _check_harness(name: str) -> None:
+    from rollwire.harnesses.harbor.seams import SEAMS, get_seam
+
+    if name not in SEAMS and ":" not in name:
+        raise RolloutArgumentError(
+            f"harness: unknown harness {name!r} for a Harbor task; accepted: {sorted(SEAMS)}"
+        )
+    try:
+        problem = get_seam(name).check()
+    except Exception as exc:
+        problem = f"{type(exc).__name__}: {exc}"
+    if problem is not None:
+        raise RolloutArgumentError(f"harness: {name!r} cannot run here: {problem}")
+
+
+def _check_sandbox(name: str) -> None:
+    from rollwire.harnesses.harbor.sandboxes import available_sandboxes
+
+    if name == LOCAL_SANDBOX:
+        return
+    known = {s.name: s for s in available_sandboxes()}
+    status = known.get(name)
+    if status is None:
+        reason = "unknown sandbox"
+    elif not status.available:
+        reason = f"not available here ({status.reason})"
+    else:
+        reason = "available, but rollouts run in the local sandbox only so far"
+    raise RolloutArgumentError(
+        f"sandbox: {name!r}: {reason}; accepted: [{LOCAL_SANDBOX!r}] (see the info tool)"
+    )
+
+
+def plan(req: RolloutRequest) -> Plan:
+    """Check every argument before anything runs; raises :class:`RolloutArgumentError`.
+
+    Blocking (resolves a Harbor dataset, may import an agent): call it from a worker thread.
+    """
+    seed = _seed(req)
     try:
         ref = parse_task_ref(req.task)
     except TaskRefError as exc:
         raise RolloutArgumentError(f"task: {exc}") from None
-    if isinstance(ref, HarborRef):
-        if req.task_config:
-            raise RolloutArgumentError("task_config: applies to env tasks only, not Harbor tasks")
-        if req.seed is not None:
-            raise RolloutArgumentError("seed: Harbor tasks take no seed (the harness samples)")
-        needs_llm = req.harness not in NO_LLM_HARNESSES
-    else:
-        needs_llm = True
-    if needs_llm and not req.llm_url:
-        what = "env tasks call" if isinstance(ref, EnvRef) else f"harness {req.harness!r} calls"
-        raise RolloutArgumentError(f"llm_url: required: {what} a model")
-    return ref
+    if isinstance(ref, EnvRef):
+        if req.harness not in (None, ENV_HARNESS):
+            raise RolloutArgumentError(
+                f"harness: env tasks run in rollwire's own tool loop; accepted: "
+                f"[{ENV_HARNESS!r}] (or omit it), got {req.harness!r}"
+            )
+        if req.sandbox not in (None, "none"):
+            raise RolloutArgumentError(
+                f"sandbox: env tasks run in-process, not in a sandbox; omit it "
+                f"(got {req.sandbox!r})"
+            )
+        try:
+            check_env_task(ref)
+        except TaskRefError as exc:
+            raise RolloutArgumentError(f"task: {exc}") from None
+        if req.llm is None:
+            raise RolloutArgumentError("llm_url: required: env tasks call a model (or pass llm)")
+        return Plan(ref, ENV_HARNESS, None, True, seed)
+    if req.task_config:
+        raise RolloutArgumentError("task_config: applies to env tasks only, not Harbor tasks")
+    harness = req.harness or DEFAULT_HARBOR_HARNESS
+    sandbox = req.sandbox or LOCAL_SANDBOX
+    _check_sandbox(sandbox)
+    from rollwire.harnesses.harbor.datasets import DatasetError, resolve_dataset
+
+    try:
+        entry = resolve_dataset(ref.dataset).task(ref.name)
+    except DatasetError as exc:
+        raise RolloutArgumentError(f"task: {exc}") from None
+    _check_harness(harness)
+    needs_llm = harness not in NO_LLM_HARNESSES
+    if needs_llm and req.llm is None:
+        raise RolloutArgumentError(f"llm_url: required: harness {harness!r} calls a model")
+    if not needs_llm and seed is not None:
+        raise RolloutArgumentError(f"seed: harness {harness!r} samples nothing to seed")
+    return Plan(ref, harness, sandbox, needs_llm, seed, entry)
 
 
-def _harbor_agent_kwargs(req: RolloutRequest) -> dict[str, Any]:
-    """max_turns, max_tokens and temperature as terminus-2-style agent kwargs (as the CLI)."""
+def _harbor_agent_kwargs(req: RolloutRequest, seed: int | None) -> dict[str, Any]:
+    """Sampling and limits as terminus-2-style agent kwargs (as the CLI)."""
     kwargs: dict[str, Any] = {}
-    if req.max_turns is not None:
-        kwargs["max_turns"] = req.max_turns
-    if req.temperature is not None:
-        kwargs["temperature"] = req.temperature
-    if req.max_tokens is not None:
-        kwargs["llm_call_kwargs"] = {"max_tokens": req.max_tokens}
+    if req.limits.max_turns is not None:
+        kwargs["max_turns"] = req.limits.max_turns
+    if req.sampling.temperature is not None:
+        kwargs["temperature"] = req.sampling.temperature
+    call: dict[str, Any] = {}
+    if seed is not None:
+        call["seed"] = seed
+    if req.sampling.max_tokens is not None:
+        call["max_tokens"] = req.sampling.max_tokens
+    if call:
+        kwargs["llm_call_kwargs"] = call
     return kwargs
 
 
-def _failed(req: RolloutRequest, rollout_id: str, error: str, start: float) -> RolloutResult:
+def _failed(
+    req: RolloutRequest, p: Plan | None, rollout_id: str, error: str, start: float
+) -> RolloutResult:
     return RolloutResult(
         ok=False,
         error=error,
         rollout_id=rollout_id,
         task=req.task,
-        harness=req.harness,
-        seed=req.seed,
+        harness=p.harness if p else (req.harness or ""),
+        sandbox=p.sandbox if p else req.sandbox,
+        seed=p.seed if p else req.seed,
         findings=[fatal("rollout_failed", error)],
         timings={"total_s": round(time.perf_counter() - start, 4)},
     )
@@ -230,75 +387,38 @@ async def run_rollout(
     pool: EndpointPool,
     store: RolloutStore,
     progress: Progress | None = None,
+    rollout_id: str | None = None,
+    checked: Plan | None = None,
 ) -> RolloutSummary:
-    """Run one rollout, store it, and summarise it. Raises only :class:`RolloutArgumentError`."""
+    """Run one rollout, store it, and summarise it. Raises only :class:`RolloutArgumentError`
+    (before anything runs) and cancellation (after cleaning up: sandbox down, session closed)."""
 
     async def step(done: int, message: str) -> None:
         if progress is not None:
             await progress(done, message)
 
     start = time.perf_counter()
-    rollout_id = uuid.uuid4().hex
-    ref = _check(req)
+    rollout_id = rollout_id or uuid.uuid4().hex
     await step(0, f"resolving {req.task}")
-    task_entry = None
-    if isinstance(ref, HarborRef):
-        from rollwire.harnesses.harbor.datasets import DatasetError, resolve_dataset
-
-        try:
-            task_entry = resolve_dataset(ref.dataset).task(ref.name)
-        except DatasetError as exc:
-            raise RolloutArgumentError(f"task: {exc}") from None
+    p = checked or await anyio.to_thread.run_sync(plan, req)
     result: RolloutResult
     document: RolloutDocument | None = None
-    endpoint = None
+    timed_out = False
     try:
-        if req.llm_url and (isinstance(ref, EnvRef) or req.harness not in NO_LLM_HARNESSES):
-            await step(1, f"certifying {req.llm_url}")
-            endpoint = await pool.endpoint(req.llm_url, model=req.model, api_key=req.api_key)
-        await step(2, f"running {req.task}")
-        if isinstance(ref, EnvRef):
-            from rollwire.harnesses.envs.run import run_env_rollout
-            from rollwire.sessions.toolloop import LoopLimits
-
-            assert endpoint is not None
-            limits = LoopLimits(
-                seed=req.seed,
-                max_turns=req.max_turns or ENV_DEFAULT_MAX_TURNS,
-                max_tokens=req.max_tokens or ENV_DEFAULT_MAX_TOKENS,
-                temperature=ENV_DEFAULT_TEMPERATURE if req.temperature is None else req.temperature,
+        with anyio.move_on_after(req.limits.timeout_s or math.inf) as deadline:
+            result, document = await _execute(req, p, rollout_id, pool, step)
+        if deadline.cancelled_caught:
+            timed_out = True
+            result = _failed(
+                req, p, rollout_id, f"timeout: the rollout ran past {req.limits.timeout_s} s", start
             )
-            env_out = await run_env_rollout(
-                req.task,
-                proxy=endpoint.proxy,
-                config=req.task_config,
-                seed=req.seed,
-                limits=limits,
-                reward_key=req.reward_key,
-                episode_id=rollout_id,
-                include_sequences=req.include_tokens,
-            )
-            result, document = env_out.result, env_out.document
-        else:
-            from rollwire.harnesses.harbor.rollout import run_harbor_rollout
-
-            assert task_entry is not None
-            harbor_out = await run_harbor_rollout(
-                task_entry,
-                harness=req.harness,
-                proxy=endpoint.proxy if endpoint is not None else None,
-                reward_key=req.reward_key,
-                agent_kwargs=_harbor_agent_kwargs(req) if endpoint is not None else None,
-                rollout_id=rollout_id,
-                include_sequences=req.include_tokens,
-            )
-            result, document = harbor_out.result, harbor_out.document
-            result = result.model_copy(update={"task": req.task})
     except EndpointNotUsable as exc:
-        result = _failed(req, rollout_id, f"endpoint not usable: {exc}", start)
+        result = _failed(req, p, rollout_id, f"endpoint not usable: {exc}", start)
     except Exception as exc:  # an internal failure is a result, never a protocol error
         log.exception("rollout %s of %s failed", rollout_id, req.task)
-        result = _failed(req, rollout_id, f"{type(exc).__name__}: {exc}", start)
+        result = _failed(req, p, rollout_id, f"{type(exc).__name__}: {exc}", start)
+    if timed_out:
+        document = None
     await step(3, "storing the rollout document")
     store.put(StoredRollout(result=result, document=document))
     summary = summary_of(
@@ -306,6 +426,63 @@ async def run_rollout(
     )
     await step(PHASES, "done" if result.ok else f"failed: {result.error}")
     return summary
+
+
+async def _execute(
+    req: RolloutRequest,
+    p: Plan,
+    rollout_id: str,
+    pool: EndpointPool,
+    step: Callable[[int, str], Awaitable[None]],
+) -> tuple[RolloutResult, RolloutDocument | None]:
+    endpoint = None
+    if p.needs_llm:
+        assert req.llm is not None
+        await step(1, f"certifying {req.llm.url}")
+        endpoint = await pool.endpoint(req.llm.url, model=req.llm.model, api_key=req.llm.api_key)
+    await step(2, f"running {req.task}")
+    if isinstance(p.ref, EnvRef):
+        from rollwire.harnesses.envs.run import run_env_rollout
+        from rollwire.sessions.toolloop import LoopLimits
+
+        assert endpoint is not None
+        max_turns = req.limits.max_turns or ENV_DEFAULT_MAX_TURNS
+        if req.limits.max_model_calls is not None:  # one model call per turn
+            max_turns = min(max_turns, req.limits.max_model_calls)
+        temperature = req.sampling.temperature
+        limits = LoopLimits(
+            seed=p.seed,
+            max_turns=max_turns,
+            max_tokens=req.sampling.max_tokens or ENV_DEFAULT_MAX_TOKENS,
+            temperature=ENV_DEFAULT_TEMPERATURE if temperature is None else temperature,
+        )
+        env_out = await run_env_rollout(
+            req.task,
+            proxy=endpoint.proxy,
+            config=req.task_config,
+            seed=p.seed,
+            limits=limits,
+            reward_key=req.reward_key,
+            episode_id=rollout_id,
+            include_sequences=req.include_tokens,
+        )
+        return env_out.result, env_out.document
+    from rollwire.harnesses.harbor.rollout import run_harbor_rollout
+
+    harbor_out = await run_harbor_rollout(
+        p.task_entry,
+        harness=p.harness,
+        proxy=endpoint.proxy if endpoint is not None else None,
+        proxy_url=await pool.served_url(endpoint) if endpoint is not None else None,
+        reward_key=req.reward_key,
+        agent_kwargs=_harbor_agent_kwargs(req, p.seed) if endpoint is not None else None,
+        agent_timeout_sec=req.limits.timeout_s,
+        max_model_calls=req.limits.max_model_calls,
+        rollout_id=rollout_id,
+        include_sequences=req.include_tokens,
+    )
+    result = harbor_out.result.model_copy(update={"task": req.task, "seed": p.seed})
+    return result, harbor_out.document
 
 
 # --- the graph ---------------------------------------------------------------------------------

@@ -121,6 +121,19 @@ def _env_listing(family: str | None) -> tuple[tuple[TaskItem, ...], tuple[tuple[
     return items, tuple(listing.unavailable.items())
 
 
+def check_env_task(ref: EnvRef) -> None:
+    """Raise :class:`TaskRefError` unless ``ref`` is a task its family lists (blocking: the
+    first call per family imports it)."""
+    items, unavailable = _env_listing(ref.family)
+    if unavailable:
+        raise TaskRefError(f"env family {ref.family!r} is not available here: {unavailable[0][1]}")
+    if str(ref) not in {item.ref for item in items}:
+        raise TaskRefError(
+            f"unknown task {str(ref)!r}; list_tasks(source={ref.family!r}) lists the "
+            f"{len(items)} tasks of {ref.family}"
+        )
+
+
 def _first_line(text: str) -> str:
     lines = text.strip().splitlines()
     return lines[0][:200] if lines else ""
