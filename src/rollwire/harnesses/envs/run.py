@@ -16,7 +16,7 @@ import anyio
 import httpx
 
 from rollwire.capture.export import RolloutDocument
-from rollwire.capture.findings import fatal, warn
+from rollwire.capture.findings import Finding, fatal, warn
 from rollwire.capture.proxy import CaptureProxy
 from rollwire.capture.upstream import Upstream
 from rollwire.harnesses.envs.registry import TaskError, resolve
@@ -33,6 +33,31 @@ class EnvRollout:
 
     result: RolloutResult
     document: RolloutDocument | None
+
+
+async def _play(
+    session: Any, proxy: CaptureProxy, session_id: str, limits: LoopLimits
+) -> tuple[LoopOutcome | None, EnvVerdict | None, str | None, list[Finding]]:
+    """The tool loop and the verdict; the environment is closed however it ends."""
+    chat = proxy_client(proxy, session_id)
+    outcome: LoopOutcome | None = None
+    verdict: EnvVerdict | None = None
+    error: str | None = None
+    findings: list[Finding] = []
+    try:
+        outcome = await run_tool_loop(session, chat, limits)
+        verdict = await session.verify()
+    except Exception as exc:  # an adapter or env bug: a failed result, never a crash upstream
+        error = f"{type(exc).__name__}: {exc}"
+        findings.append(fatal("rollout_failed", error))
+    finally:
+        with anyio.CancelScope(shield=True):
+            try:
+                await session.close()
+            except Exception as exc:
+                findings.append(warn("close_failed", f"closing the environment failed: {exc}"))
+            await chat.aclose()
+    return outcome, verdict, error, findings
 
 
 def proxy_client(proxy: CaptureProxy, session_id: str) -> Upstream:
@@ -70,27 +95,12 @@ async def run_env_rollout(
         return EnvRollout(summarise(document=None, verdict=None, error=error, **common), None)
 
     capture = proxy.sessions.open(metadata={"task": task, "seed": seed, "episode_id": rollout_id})
-    chat = proxy_client(proxy, capture.session_id)
-    outcome: LoopOutcome | None = None
-    verdict: EnvVerdict | None = None
-    error: str | None = None
-    findings = []
-    try:
-        outcome = await run_tool_loop(session, chat, limits)
-        verdict = await session.verify()
-    except Exception as exc:  # an adapter or env bug: a failed result, never a crash upstream
-        error = f"{type(exc).__name__}: {exc}"
-        findings.append(fatal("rollout_failed", error))
+    try:  # the session closes however the episode ends, cancellation included
+        outcome, verdict, error, findings = await _play(session, proxy, capture.session_id, limits)
+        loop_s = time.perf_counter() - start
+        document = await anyio.to_thread.run_sync(capture.document)
     finally:
-        with anyio.CancelScope(shield=True):
-            try:
-                await session.close()
-            except Exception as exc:
-                findings.append(warn("close_failed", f"closing the environment failed: {exc}"))
-            await chat.aclose()
-    loop_s = time.perf_counter() - start
-    document = await anyio.to_thread.run_sync(capture.document)
-    proxy.sessions.close(capture.session_id)
+        proxy.sessions.close(capture.session_id)
     if outcome is not None:
         for message in outcome.errors:
             findings.append(warn("model_error", message))

@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any, override
 
+import anyio
 from harbor.environments.base import (
     BaseEnvironment,
     ExecResult,
@@ -196,6 +197,21 @@ def _probe(bwrap: str) -> str | None:
                 holder.wait(timeout=10)
 
 
+# Started, not yet torn down: sandboxes per owner. Harbor stops a cancelled trial's sandbox in a
+# task of its own (asyncio.shield), so the trial's cancellation returns before the sandbox is
+# gone; an owner that must know it is gone waits here.
+_LIVE: dict[str | None, int] = {}
+
+
+async def settled(owner: str, timeout_s: float = 30.0) -> bool:
+    """Wait until every sandbox started for ``owner`` is torn down; False on timeout."""
+    with anyio.move_on_after(timeout_s):
+        while _LIVE.get(owner):  # noqa: ASYNC110 - set from Harbor's own tasks
+            await anyio.sleep(0.02)
+        return True
+    return False
+
+
 class LocalEnvironment(BaseEnvironment):
     """Harbor's environment interface over bubblewrap: the ``local`` sandbox.
 
@@ -203,7 +219,8 @@ class LocalEnvironment(BaseEnvironment):
     kwargs={...})``. Keyword settings: ``network`` (False: no network at all; True: the host's
     network unless the task asks for none), ``bwrap`` (path of the binary), ``sandbox_dir``
     (where per-trial roots are made; default ``$ROLLWIRE_SANDBOX_DIR`` or the system temp dir),
-    ``max_output_bytes`` (per stream and exec; the tail is kept).
+    ``max_output_bytes`` (per stream and exec; the tail is kept), ``owner`` (a label
+    :func:`settled` waits on).
     """
 
     def __init__(
@@ -218,8 +235,10 @@ class LocalEnvironment(BaseEnvironment):
         bwrap: str | None = None,
         sandbox_dir: str | Path | None = None,
         max_output_bytes: int = 16 * 1024 * 1024,
+        owner: str | None = None,
         **kwargs: Any,
     ):
+        self._owner = owner  # who waits for this sandbox to be gone (see `settled`)
         # Set before the base constructor: it reads capabilities and validates the definition.
         self._bwrap = bwrap_path(bwrap)
         self._allow_network = bool(network)
@@ -337,6 +356,8 @@ class LocalEnvironment(BaseEnvironment):
         if self._base is not None:
             raise RuntimeError("this local sandbox is already started")
         self._stopped = False
+        _LIVE[self._owner] = _LIVE.get(self._owner, 0) + 1
+        self._live = True
         self._sandbox_dir.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(_sweep_stale_roots, self._sandbox_dir)
         self._base = Path(tempfile.mkdtemp(prefix="rollwire-sbx-", dir=self._sandbox_dir))
@@ -412,6 +433,19 @@ class LocalEnvironment(BaseEnvironment):
         await self._teardown(delete=delete)
 
     async def _teardown(self, *, delete: bool) -> None:
+        # Teardown runs when a trial is cancelled too: shielded, or its first await would be
+        # cancelled and leave the root (and maybe processes) behind.
+        with anyio.CancelScope(shield=True):
+            try:
+                await self._teardown_now(delete=delete)
+            finally:
+                if getattr(self, "_live", False):
+                    self._live = False
+                    _LIVE[self._owner] -= 1
+                    if not _LIVE[self._owner]:
+                        del _LIVE[self._owner]
+
+    async def _teardown_now(self, *, delete: bool) -> None:
         self._stopped = True
         if self._init_pid is not None:
             with contextlib.suppress(ProcessLookupError):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import time
 import uuid
@@ -39,7 +40,7 @@ from rollwire.capture.proxy import CaptureProxy
 from rollwire.capture.session import CaptureSession
 from rollwire.harnesses.harbor.atif import AtifReport, CapturedCall, reconcile
 from rollwire.harnesses.harbor.datasets import TaskEntry
-from rollwire.harnesses.harbor.local import TYPE, sandbox_problem
+from rollwire.harnesses.harbor.local import TYPE, sandbox_problem, settled
 from rollwire.harnesses.harbor.seams import Endpoint, Seam, environ_scope, get_seam
 from rollwire.harnesses.harbor.trial import (
     LOCAL_IMPORT_PATH,
@@ -52,6 +53,7 @@ from rollwire.harnesses.harbor.trial import (
 from rollwire.server.serving import bind, serving, url_of
 from rollwire.sessions.result import RolloutResult, summarise
 
+log = logging.getLogger(__name__)
 TIMEOUT = "AgentTimeoutError"  # Harbor's exception type for an agent past its time limit
 DEFAULT_MODEL = "rollwire"  # the name an agent asks for when none is given; the proxy substitutes
 _MAX_TRAJECTORY_BYTES = 64 * 1024 * 1024
@@ -167,7 +169,11 @@ async def run_harbor_rollout(
                 f"RuntimeError: {exc}: build the CaptureProxy with upstream=... or serve it",
                 seam.name,
             )
-    sandbox_kwargs = {"network": seam.sandbox_network, **(environment_kwargs or {})}
+    sandbox_kwargs = {
+        "network": seam.sandbox_network,
+        "owner": rollout_id,
+        **(environment_kwargs or {}),
+    }
     problem = await anyio.to_thread.run_sync(sandbox_problem, sandbox_kwargs.get("bwrap"))
     if problem is not None:
         return refused(f"SandboxUnavailableError: {problem}", seam.name)
@@ -206,6 +212,13 @@ async def run_harbor_rollout(
                 agent_timeout_sec=agent_timeout_sec,
                 verifier_timeout_sec=verifier_timeout_sec,
             )
+    except anyio.get_cancelled_exc_class():
+        # Harbor stops a cancelled trial's sandbox in a task of its own: wait until it is gone,
+        # so a cancelled rollout leaves no process and no root behind when it returns.
+        with anyio.CancelScope(shield=True):
+            if not await settled(rollout_id):
+                log.warning("rollout %s: its sandbox was not torn down within 30 s", rollout_id)
+        raise
     except Exception as exc:  # serving failed to start, or to stop after the trial
         if trial_outcome is None:
             return refused(f"{type(exc).__name__}: {exc}", seam.name)
