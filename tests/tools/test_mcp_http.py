@@ -12,14 +12,18 @@ from pathlib import Path
 import anyio
 import httpx
 import httpx2
+import openai
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from rollwire.server import cli
 from rollwire.server.mcp_app import ServerState, build_server, http_app
+from rollwire.tools.endpoint import EndpointPool
+from rollwire.tools.rollouts import LLMSpec
 from tests.fakes.serve import serve_in_thread
 from tests.fakes.vllm import FakeVLLM
+from tests.tools.every_tool import exercise_every_tool, make_slow_task, sleepers
 
 pytestmark = pytest.mark.anyio
 
@@ -178,3 +182,65 @@ def test_off_loopback_the_token_not_the_host_header_guards_the_server(loopback, 
         assert reply.status_code == status, reply.text
         no_token = {k: v for k, v in headers.items() if k != "Authorization"}
         assert httpx.post(url + "/mcp", json=INIT, headers=no_token).status_code == 401
+
+
+ADMIN = "admin-key"
+
+
+@pytest.fixture
+def served_with_default_llm(tmp_path, monkeypatch, fake_url) -> Iterator[tuple[str, ServerState]]:
+    """``rollwire serve --http --llm-url <fake> --admin-key ...``, in a thread."""
+    monkeypatch.setenv("ROLLWIRE_TRIALS_DIR", str(tmp_path / "trials"))
+    state = ServerState(pool=EndpointPool(admin_key=ADMIN), default_llm=LLMSpec(url=fake_url))
+    with serve_in_thread(http_app(build_server(state))) as url:
+        yield url, state
+
+
+async def test_http_server_hosts_health_and_the_default_engines_capture_proxy(
+    served_with_default_llm,
+):
+    """One port: /mcp, /health, and the --llm-url engine's capture proxy at /capture, where an
+    agent outside rollwire records its calls with a session key the control plane minted."""
+    root, state = served_with_default_llm
+    async with httpx.AsyncClient() as http:
+        health = (await http.get(root + "/health")).json()
+        assert health["status"] == "ok" and health["capture"] == "/capture/v1"
+        async with Client(root + "/mcp") as client:  # no llm given: the server's default engine
+            out = (
+                await client.call_tool("run_rollout", {"task": "reasoning_gym:chain_sum"})
+            ).structured_content
+        assert out["ok"] and out["tier"] == "tokens", out
+
+        capture = root + "/capture"
+        assert (await http.post(capture + "/sessions", json={})).status_code == 401  # admin
+        admin = {"Authorization": f"Bearer {ADMIN}"}
+        key = (await http.post(capture + "/sessions", json={}, headers=admin)).json()["session_id"]
+        agent = openai.AsyncOpenAI(base_url=capture + "/v1", api_key=key)
+        reply = await agent.chat.completions.create(
+            model="any", messages=[{"role": "user", "content": "Hi"}], max_tokens=8
+        )
+        assert reply.choices[0].message.content
+        rollout = (await http.get(f"{capture}/sessions/{key}/rollout", headers=admin)).json()
+        assert rollout["stats"]["turns"] == 1 and rollout["stats"]["trainable_tokens"] > 0
+        stranger = openai.AsyncOpenAI(
+            base_url=capture + "/v1", api_key="not-a-session", max_retries=0
+        )
+        with pytest.raises(openai.AuthenticationError):
+            await stranger.chat.completions.create(
+                model="any", messages=[{"role": "user", "content": "x"}]
+            )
+    assert state.pool.n_proxies == 1  # the MCP rollout and the agent share one proxy
+
+
+def test_capture_without_a_default_engine_says_how_to_get_one():
+    with serve_in_thread(http_app(build_server(ServerState()))) as root:
+        reply = httpx.get(root + "/capture/v1/models")
+        assert reply.status_code == 404 and "--llm-url" in reply.json()["error"]
+        assert httpx.get(root + "/health").json()["capture"] is None
+
+
+async def test_every_tool_over_http(served, fake_url, tmp_path):
+    url, state = served
+    async with Client(url) as client:
+        await exercise_every_tool(client, fake_url, make_slow_task(tmp_path))
+    assert sleepers() == [] and state.jobs.running == 0

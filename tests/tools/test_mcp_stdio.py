@@ -13,6 +13,7 @@ from mcp import Client, StdioServerParameters
 
 from tests.fakes.serve import serve_in_thread
 from tests.fakes.vllm import FakeVLLM
+from tests.tools.every_tool import exercise_every_tool, make_slow_task, sleepers
 from tests.tools.test_mcp_inmemory import TOOLS
 
 pytestmark = pytest.mark.anyio
@@ -77,3 +78,9 @@ async def test_stdio_server_runs_env_and_harbor_rollouts(tmp_path, fake_url):
         assert bad.is_error and "task: " in bad.content[0].text
     # Over a real transport progress may arrive after the result; by now the session is closed.
     assert [p[0] for p in progress] == [0, 1, 2, 3, 4]
+
+
+async def test_every_tool_over_stdio(tmp_path, fake_url):
+    async with Client(server_params(tmp_path), read_timeout_seconds=120) as client:
+        await exercise_every_tool(client, fake_url, make_slow_task(tmp_path))
+    assert sleepers() == []
