@@ -109,6 +109,7 @@ def test_off_loopback_serve_generates_and_prints_missing_secrets():
     assert token in notes[0] and admin in notes[1]
     assert cli.http_secrets("0.0.0.0", "t", "a") == ("t", "a", [])
     assert cli.http_secrets("127.0.0.1", None, None) == (None, None, [])
+    assert cli.http_secrets("127.0.0.1", "t", None) == ("t", "t", [])  # --token guards /capture
 
 
 def test_serve_needs_a_transport(capsys):

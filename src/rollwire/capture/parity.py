@@ -179,12 +179,28 @@ async def run_parity(
                 client, session.session_id, cert.model, turns, temperature, seed
             )
         doc = session.document()
-        report.document = doc
-        report.turns = doc.stats.turns
-        captured: list[float] = []
-        honest: list[float] = []
-        short: list[float] = []
-        rotated: list[float] = []
+    except (UpstreamError, httpx.HTTPError, KeyError, IndexError, TypeError) as exc:
+        report.findings.append(fatal("parity_failed", f"{type(exc).__name__}: {exc}"))
+        await upstream.aclose()
+        return report
+    try:
+        return await score_document(report, upstream, cert.model, doc)
+    finally:
+        await upstream.aclose()
+
+
+async def score_document(
+    report: ParityReport, upstream: Upstream, model: str, doc: RolloutDocument
+) -> ParityReport:
+    """Re-score every trainable turn of ``doc`` with the engine and fill ``report``."""
+    tolerance = report.tolerance
+    report.document = doc
+    report.turns = doc.stats.turns
+    captured: list[float] = []
+    honest: list[float] = []
+    short: list[float] = []
+    rotated: list[float] = []
+    try:
         for turn in doc.turns:
             if (
                 not turn.trainable
@@ -194,7 +210,7 @@ async def run_parity(
             ):
                 continue
             prompt, done = turn.prompt_token_ids, turn.completion_token_ids
-            t = float(turn.applied_params.get("temperature", temperature))
+            t = float(turn.applied_params.get("temperature", report.temperature))
             # Forced (constrained) positions are masked in training data: compare the rest.
             forced = set(turn.constrained_positions)
             keep = [i for i in range(len(done)) if i not in forced]
@@ -206,14 +222,12 @@ async def run_parity(
             ]
             captured += [turn.logprobs[i] for i in keep]
             for sink, ids, start in runs:
-                scored = await rescore(upstream, cert.model, ids, start, t)
+                scored = await rescore(upstream, model, ids, start, t)
                 sink += [scored[i] for i in keep]
         report.findings.extend(f for f in doc.findings if f.level != "INFO")
     except (UpstreamError, httpx.HTTPError, KeyError, IndexError, TypeError) as exc:
         report.findings.append(fatal("parity_failed", f"{type(exc).__name__}: {exc}"))
         return report
-    finally:
-        await upstream.aclose()
     report.trainable_tokens = len(captured)
     if not captured:
         report.findings.append(

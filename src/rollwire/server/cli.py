@@ -188,7 +188,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             functools.partial(
                 run_demo,
                 Path(args.out),
+                task=args.task,
                 turns=args.turns,
+                max_tokens=args.max_tokens,
                 temperature=args.temperature,
                 seed=args.seed,
             )
@@ -472,6 +474,8 @@ def http_secrets(
     """Off loopback the server never runs without auth: a missing bearer token or admin key is
     generated, and printed once (the notes) so the operator can hand it out."""
     notes: list[str] = []
+    if admin_key is None and token:
+        admin_key = token  # one secret guards both, unless an admin key of its own is given
     if _is_loopback(host):
         return token, admin_key, notes
     if not token:
@@ -591,12 +595,16 @@ def build_parser() -> argparse.ArgumentParser:
         "demo",
         help="the whole capture path on the embedded CPU engine (no GPU, no account)",
         description=(
-            "Start the reference engine, certify it, capture a multi-turn tool conversation "
-            "through the proxy, write the rollout document and check parity. Needs the engine extra."
+            "Start the reference engine and drive rollwire's MCP server (in memory) through it: "
+            "validate_llm, run_rollout of one env episode through the capture proxy, the rollout "
+            "document written to --out, and every trainable token re-scored (parity). Needs the "
+            "engine extra."
         ),
     )
     d.add_argument("--out", default="rollout.json", help="where to write the rollout document")
-    d.add_argument("--turns", type=int, default=3, help="model calls (default 3)")
+    d.add_argument("--task", default="reasoning_gym:chain_sum", help="the env task to run")
+    d.add_argument("--turns", type=int, default=3, help="max agent turns (default 3)")
+    d.add_argument("--max-tokens", type=int, default=64, help="per model call (default 64)")
     d.add_argument(
         "--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)"
     )
@@ -704,7 +712,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     m.add_argument(
         "--admin-key",
-        help="admin key of the capture proxies' control plane (generated off loopback)",
+        help="admin key of the capture proxies' control plane (default: --token; generated "
+        "off loopback)",
     )
     _endpoint_args(m, required=False)
     m.set_defaults(func=_cmd_serve)

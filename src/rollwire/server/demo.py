@@ -1,8 +1,10 @@
-"""``rollwire demo``: the whole capture path on the embedded engine, with no GPU and no account.
+"""``rollwire demo``: the main job on the embedded engine, with no GPU and no account.
 
-Starts the reference engine on a loopback port, certifies it, drives a multi-turn tool
-conversation through the capture proxy, writes the rollout document, and re-scores every
-trainable token (parity). Everything it prints comes from the engine's own numbers.
+Starts the reference engine on a loopback port, then drives rollwire's own MCP server through
+the real MCP client (in memory): ``validate_llm`` certifies the engine, ``run_rollout`` plays a
+reasoning-gym episode through the capture proxy, the rollout document is read from its resource
+and written to disk; finally every trainable token is re-scored by the engine (parity).
+Everything it prints comes from tool outputs and the engine's own numbers.
 """
 
 from __future__ import annotations
@@ -13,43 +15,89 @@ from pathlib import Path
 import anyio
 import orjson
 
-from rollwire.capture.certify import render_table, validate_llm
-from rollwire.capture.parity import render_report, run_parity
+from rollwire.capture.certify import Certification, render_table
+from rollwire.capture.export import RolloutDocument
+from rollwire.capture.parity import ParityReport, render_report, score_document
+from rollwire.capture.upstream import Upstream
 from rollwire.server.serving import bind, serving, url_of
+
+DEMO_TASK = "reasoning_gym:chain_sum"
 
 
 def _say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-async def run_demo(out: Path, *, turns: int = 3, temperature: float = 1.0, seed: int = 0) -> int:
-    """Run the demo; 0 when the rollout is trainable and parity passes, else 1."""
+async def run_demo(
+    out: Path,
+    *,
+    task: str = DEMO_TASK,
+    turns: int = 3,
+    max_tokens: int = 64,
+    temperature: float = 1.0,
+    seed: int = 0,
+) -> int:
+    """Run the demo; 0 when the rollout is usable, trainable and parity passes, else 1."""
+    from mcp import Client
+
     from rollwire.engine.model import DEFAULT_SERVED_NAME, ReferenceModel
     from rollwire.engine.server import create_engine_app
+    from rollwire.server.mcp_app import ServerState, build_server
 
     app = create_engine_app(ReferenceModel(n_ctx=4096), served_name=DEFAULT_SERVED_NAME)
     sock = bind("127.0.0.1", 0)
     url = f"{url_of(sock)}/v1"
     async with serving(app, sock, stop_on_exit=True):
-        _say(
-            f"1/3 reference engine {DEFAULT_SERVED_NAME} (CPU, llama.cpp) on {url}; certifying ..."
-        )
-        cert = await validate_llm(url, probe_tools=False)
-        print(render_table(cert), flush=True)
-        _say(f"2/3 a {turns}-turn tool conversation through the capture proxy ...")
-        report = await run_parity(url, turns=turns, temperature=temperature, seed=seed)
-        doc = report.document
-        if doc is not None:
-            data = orjson.dumps(doc.model_dump(mode="json"), option=orjson.OPT_INDENT_2)
-            await anyio.Path(out).write_bytes(data)
-            s = doc.stats
+        _say(f"1/4 reference engine {DEFAULT_SERVED_NAME} (CPU, llama.cpp) on {url}")
+        async with ServerState() as state, Client(build_server(state)) as mcp:
+            _say("2/4 MCP validate_llm: certifying the engine ...")
+            cert_out = await mcp.call_tool("validate_llm", {"llm_url": url})
+            cert = Certification.model_validate(cert_out.structured_content)
+            print(render_table(cert), flush=True)
+            _say(f"3/4 MCP run_rollout: one {task} episode through the capture proxy ...")
+            args = {
+                "task": task,
+                "llm": url,
+                "seed": seed,
+                "limits": {"max_turns": turns},
+                "sampling": {"temperature": temperature, "max_tokens": max_tokens},
+            }
+            result = await mcp.call_tool("run_rollout", args)
+            if result.is_error:
+                _say(f"run_rollout failed: {result.content[0].text}")
+                return 1
+            rollout = result.structured_content
+            document = None
+            if rollout["has_document"]:
+                read = await mcp.read_resource(f"rollout://{rollout['rollout_id']}/document")
+                data = orjson.loads(read.contents[0].text)
+                await anyio.Path(out).write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
+                document = RolloutDocument.model_validate(data)
+            counts = rollout["counts"]
+            if rollout["reward"] is None and rollout["stop_reason"] == "no_tool_call":
+                _say(
+                    "   reward None: the verifier never ran, because the model answered in text "
+                    "instead of calling the task's tool (SmolLM2-135M rarely calls tools)"
+                )
             print(
-                f"\nrollout: {s.turns} turns, {s.roots} root(s), {s.sequences} sequence(s), "
-                f"{s.trainable_sequences} trainable, {s.trainable_tokens} trainable tokens, "
-                f"{s.retokenized} re-tokenised -> {out}\n",
+                f"\nrollout {rollout['rollout_id']} of {task}: reward {rollout['reward']}, "
+                f"tier {rollout['tier']}, ok {rollout['ok']}, {counts['turns']} turn(s), "
+                f"{counts['trainable_tokens']} trainable tokens, stop {rollout['stop_reason']}"
+                + (f"\nrollout document -> {out}" if document is not None else "")
+                + (f"\nerror: {rollout['error']}" if rollout["error"] else "")
+                + "\n",
                 flush=True,
             )
-        _say("3/3 re-scoring every trainable token with the engine (parity) ...")
+        if document is None or cert.model is None:
+            return 1
+        _say("4/4 re-scoring every trainable token with the engine (parity) ...")
+        upstream = Upstream(url)
+        try:
+            report = ParityReport(llm_url=url, model=cert.model, temperature=temperature)
+            report.tolerance = 1e-3
+            report = await score_document(report, upstream, cert.model, document)
+        finally:
+            await upstream.aclose()
         print(render_report(report), flush=True)
-    trainable = doc is not None and doc.stats.trainable_sequences > 0
+    trainable = rollout["ok"] and counts["trainable_tokens"] > 0
     return 0 if trainable and report.verdict == "PASS" else 1

@@ -330,6 +330,7 @@ def plan(req: RolloutRequest) -> Plan:
         return Plan(ref, ENV_HARNESS, None, True, seed)
     if req.task_config:
         raise RolloutArgumentError("task_config: applies to env tasks only, not Harbor tasks")
+
     harness = req.harness or DEFAULT_HARBOR_HARNESS
     sandbox = req.sandbox or LOCAL_SANDBOX
     _check_sandbox(sandbox)

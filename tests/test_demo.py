@@ -1,0 +1,38 @@
+"""The README's main job: ``rollwire demo`` on the embedded engine, end to end (slow: it loads the
+real CPU engine in its own process)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_demo_runs_a_real_rollout_through_mcp_and_reports_where_the_document_is(tmp_path):
+    out = tmp_path / "rollout.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "rollwire", "demo", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "MCP validate_llm" in proc.stderr and "MCP run_rollout" in proc.stderr
+    line = next(s for s in proc.stdout.splitlines() if s.startswith("rollout "))
+    assert "reasoning_gym:chain_sum: reward " in line and "tier tokens" in line
+    assert " trainable tokens" in line
+    assert f"rollout document -> {out}" in proc.stdout
+    assert "parity PASS" in proc.stdout
+    document = json.loads(out.read_text())
+    assert document["version"] == "rollwire.rollout/1"
+    assert document["stats"]["trainable_tokens"] > 0
+    reported = int(line.split(" trainable tokens")[0].rsplit(" ", 1)[1])
+    assert reported == document["stats"]["trainable_tokens"]
