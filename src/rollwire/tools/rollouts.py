@@ -190,7 +190,11 @@ class Sampling(BaseModel):
 
     temperature: float | None = Field(default=None, ge=0, description="env default 1.0")
     max_tokens: int | None = Field(default=None, ge=1, description="per call; env default 256")
-    seed: int | None = Field(default=None, description="same as run_rollout's seed")
+    seed: int | None = Field(
+        default=None,
+        description="the model's sampling seed; default: run_rollout's seed (GRPO groups give "
+        "each sample its own sampling seed on one task seed)",
+    )
 
 
 class Limits(BaseModel):
@@ -248,11 +252,8 @@ def resolve_llm(
     return default
 
 
-def _seed(req: RolloutRequest) -> int | None:
-    a, b = req.seed, req.sampling.seed
-    if a is not None and b is not None and a != b:
-        raise RolloutArgumentError(f"seed: {a} given, and sampling.seed {b}: give one")
-    return a if a is not None else b
+def _sampling_seed(req: RolloutRequest) -> int | None:
+    return req.sampling.seed if req.sampling.seed is not None else req.seed
 
 
 @dataclass(frozen=True)
@@ -263,7 +264,8 @@ class Plan:
     harness: str
     sandbox: str | None
     needs_llm: bool
-    seed: int | None
+    seed: int | None  # the task's seed (env tasks: which instance)
+    sampling_seed: int | None  # the model's sampling seed
     task_entry: Any = None  # the resolved Harbor task
 
 
@@ -305,7 +307,7 @@ def plan(req: RolloutRequest) -> Plan:
 
     Blocking (resolves a Harbor dataset, may import an agent): call it from a worker thread.
     """
-    seed = _seed(req)
+    seed, sampling_seed = req.seed, _sampling_seed(req)
     try:
         ref = parse_task_ref(req.task)
     except TaskRefError as exc:
@@ -327,7 +329,7 @@ def plan(req: RolloutRequest) -> Plan:
             raise RolloutArgumentError(f"task: {exc}") from None
         if req.llm is None:
             raise RolloutArgumentError("llm_url: required: env tasks call a model (or pass llm)")
-        return Plan(ref, ENV_HARNESS, None, True, seed)
+        return Plan(ref, ENV_HARNESS, None, True, seed, sampling_seed)
     if req.task_config:
         raise RolloutArgumentError("task_config: applies to env tasks only, not Harbor tasks")
 
@@ -344,9 +346,10 @@ def plan(req: RolloutRequest) -> Plan:
     needs_llm = harness not in NO_LLM_HARNESSES
     if needs_llm and req.llm is None:
         raise RolloutArgumentError(f"llm_url: required: harness {harness!r} calls a model")
-    if not needs_llm and seed is not None:
+    if not needs_llm and sampling_seed is not None:
         raise RolloutArgumentError(f"seed: harness {harness!r} samples nothing to seed")
-    return Plan(ref, harness, sandbox, needs_llm, seed, entry)
+    # A Harbor task has no instance seed: the seed is the agent's sampling seed.
+    return Plan(ref, harness, sandbox, needs_llm, sampling_seed, sampling_seed, entry)
 
 
 def _harbor_agent_kwargs(req: RolloutRequest, seed: int | None) -> dict[str, Any]:
@@ -398,28 +401,10 @@ async def run_rollout(
         if progress is not None:
             await progress(done, message)
 
-    start = time.perf_counter()
     rollout_id = rollout_id or uuid.uuid4().hex
     await step(0, f"resolving {req.task}")
     p = checked or await anyio.to_thread.run_sync(plan, req)
-    result: RolloutResult
-    document: RolloutDocument | None = None
-    timed_out = False
-    try:
-        with anyio.move_on_after(req.limits.timeout_s or math.inf) as deadline:
-            result, document = await _execute(req, p, rollout_id, pool, step)
-        if deadline.cancelled_caught:
-            timed_out = True
-            result = _failed(
-                req, p, rollout_id, f"timeout: the rollout ran past {req.limits.timeout_s} s", start
-            )
-    except EndpointNotUsable as exc:
-        result = _failed(req, p, rollout_id, f"endpoint not usable: {exc}", start)
-    except Exception as exc:  # an internal failure is a result, never a protocol error
-        log.exception("rollout %s of %s failed", rollout_id, req.task)
-        result = _failed(req, p, rollout_id, f"{type(exc).__name__}: {exc}", start)
-    if timed_out:
-        document = None
+    result, document = await attempt(req, p, rollout_id, pool, step)
     await step(3, "storing the rollout document")
     store.put(StoredRollout(result=result, document=document))
     summary = summary_of(
@@ -429,13 +414,46 @@ async def run_rollout(
     return summary
 
 
-async def _execute(
+async def attempt(
     req: RolloutRequest,
     p: Plan,
     rollout_id: str,
     pool: EndpointPool,
-    step: Callable[[int, str], Awaitable[None]],
+    step: Callable[[int, str], Awaitable[None]] | None = None,
 ) -> tuple[RolloutResult, RolloutDocument | None]:
+    """One checked rollout, within its time limit; every failure is a result (``ok=False``).
+    Only cancellation propagates (after cleanup)."""
+    start = time.perf_counter()
+    result: RolloutResult
+    document: RolloutDocument | None = None
+    try:
+        with anyio.move_on_after(req.limits.timeout_s or math.inf) as deadline:
+            result, document = await execute(req, p, rollout_id, pool, step)
+        if deadline.cancelled_caught:
+            error = f"timeout: the rollout ran past {req.limits.timeout_s} s"
+            return _failed(req, p, rollout_id, error, start), None
+    except EndpointNotUsable as exc:
+        result = _failed(req, p, rollout_id, f"endpoint not usable: {exc}", start)
+    except Exception as exc:  # an internal failure is a result, never a protocol error
+        log.exception("rollout %s of %s failed", rollout_id, req.task)
+        result = _failed(req, p, rollout_id, f"{type(exc).__name__}: {exc}", start)
+    return result, document
+
+
+async def _no_step(done: int, message: str) -> None:
+    return None
+
+
+async def execute(
+    req: RolloutRequest,
+    p: Plan,
+    rollout_id: str,
+    pool: EndpointPool,
+    step: Callable[[int, str], Awaitable[None]] | None = None,
+) -> tuple[RolloutResult, RolloutDocument | None]:
+    """Run a checked rollout (raises on internal failures: :func:`attempt` turns them into
+    results)."""
+    step = step or _no_step
     endpoint = None
     if p.needs_llm:
         assert req.llm is not None
@@ -452,7 +470,7 @@ async def _execute(
             max_turns = min(max_turns, req.limits.max_model_calls)
         temperature = req.sampling.temperature
         limits = LoopLimits(
-            seed=p.seed,
+            seed=p.sampling_seed,
             max_turns=max_turns,
             max_tokens=req.sampling.max_tokens or ENV_DEFAULT_MAX_TOKENS,
             temperature=ENV_DEFAULT_TEMPERATURE if temperature is None else temperature,
@@ -476,7 +494,7 @@ async def _execute(
         proxy=endpoint.proxy if endpoint is not None else None,
         proxy_url=await pool.served_url(endpoint) if endpoint is not None else None,
         reward_key=req.reward_key,
-        agent_kwargs=_harbor_agent_kwargs(req, p.seed) if endpoint is not None else None,
+        agent_kwargs=_harbor_agent_kwargs(req, p.sampling_seed) if endpoint else None,
         agent_timeout_sec=req.limits.timeout_s,
         max_model_calls=req.limits.max_model_calls,
         rollout_id=rollout_id,
