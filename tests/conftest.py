@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+
+# huggingface_hub fetches an agent registry from huggingface.co for its User-Agent unless
+# telemetry is off (read at import): tests never reach the internet, subprocesses included.
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 import pytest
 

@@ -6,8 +6,10 @@ import json
 import subprocess
 import sys
 
+import pyarrow.parquet as pq
 import pytest
 
+import datasets
 from rollwire.datasets.export import (
     COLUMNS,
     ExportError,
@@ -16,9 +18,6 @@ from rollwire.datasets.export import (
 )
 from rollwire.datasets.store import EPISODES_FILE, EpisodeStore
 from tests.datasets.samples import make_record
-
-datasets = pytest.importorskip("datasets")
-pq = pytest.importorskip("pyarrow.parquet")
 
 
 def _collection(path, records) -> None:

@@ -6,9 +6,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 
+import huggingface_hub
 import pytest
 import yaml
 
+import datasets
 from rollwire.datasets import hub
 from rollwire.datasets.export import COLUMNS
 from rollwire.datasets.hub import (
@@ -24,9 +26,6 @@ from rollwire.datasets.store import EpisodeStore
 from tests.datasets.fake_hub import FakeHub
 from tests.datasets.samples import make_record
 from tests.fakes.serve import serve_in_thread
-
-datasets = pytest.importorskip("datasets")
-huggingface_hub = pytest.importorskip("huggingface_hub")
 
 TOKEN = "hf_standInToken1234567890abcdef"
 REPO = "alice/chain-sum-rollouts"

@@ -434,7 +434,9 @@ def _server_state(args: argparse.Namespace, admin_key: str | None = None) -> Any
     llm = None
     if args.llm_url:
         llm = LLMSpec(url=args.llm_url, model=args.model, api_key=args.api_key)
-    return ServerState(pool=EndpointPool(admin_key=admin_key), default_llm=llm)
+    return ServerState(
+        pool=EndpointPool(admin_key=admin_key), default_llm=llm, data_dir=Path(args.data_dir)
+    )
 
 
 async def _serve_mcp_http(
@@ -716,7 +718,16 @@ def build_parser() -> argparse.ArgumentParser:
         "off loopback)",
     )
     _endpoint_args(m, required=False)
+    m.add_argument(
+        "--data-dir",
+        default="collections",
+        help="where collect_episodes puts relative out_dir names (default ./collections)",
+    )
     m.set_defaults(func=_cmd_serve)
+
+    from rollwire.server.collect_cli import add_commands
+
+    add_commands(sub, _endpoint_args)
     return parser
 
 

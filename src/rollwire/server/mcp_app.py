@@ -13,6 +13,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import anyio
@@ -28,6 +29,16 @@ from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 
 from rollwire.capture.certify import Certification
+from rollwire.datasets.hub import PushResult
+from rollwire.datasets.store import CollectionError
+from rollwire.sessions.collect import (
+    CollectConfig,
+    CollectInputError,
+    CollectProgress,
+    CollectResult,
+    collect,
+    resolve_tasks,
+)
 from rollwire.tools.endpoint import EndpointNotUsable, EndpointPool
 from rollwire.tools.info import info_report
 from rollwire.tools.jobs import Job, JobRegistry, RolloutStatus, Runner
@@ -54,7 +65,8 @@ log = logging.getLogger("rollwire.mcp")
 INSTRUCTIONS = """\
 rollwire runs LLM-agent rollouts and captures trainable data (engine token ids, logprobs,
 reward). Typical flow: list_tasks -> validate_llm(llm_url) -> run_rollout(task, llm_url) ->
-get_rollout_graph(rollout_id) or read rollout://{rollout_id}/document. Task references:
+get_rollout_graph(rollout_id) or read rollout://{rollout_id}/document; for datasets,
+collect_episodes(out_dir, episodes, tasks) -> push_dataset(out_dir, repo_id). Task references:
 'family:name' for env tasks (e.g. 'reasoning_gym:chain_sum'), 'harbor:<dataset>#<task>' for
 Harbor tasks (e.g. 'harbor:examples/tasks#count-errors')."""
 
@@ -72,7 +84,13 @@ class ServerState:
     store: RolloutStore = field(default_factory=RolloutStore)
     jobs: JobRegistry = field(default_factory=JobRegistry)
     default_llm: LLMSpec | None = None
+    data_dir: Path = field(default_factory=lambda: Path("collections"))
     _stack: contextlib.AsyncExitStack | None = None
+
+    def data_path(self, out_dir: str) -> Path:
+        """Where a collection named ``out_dir`` lives (relative paths under ``data_dir``)."""
+        path = Path(out_dir).expanduser()
+        return path if path.is_absolute() else self.data_dir / path
 
     async def __aenter__(self) -> ServerState:
         async with contextlib.AsyncExitStack() as stack:
@@ -352,6 +370,113 @@ def build_server(state: ServerState | None = None) -> MCPServer:
         if job is None:
             raise ToolError(f"rollout_id: no rollout {rollout_id!r} on this server")
         return job
+
+    @mcp.tool()
+    async def collect_episodes(
+        out_dir: str,
+        episodes: Annotated[int, Field(ge=1)],
+        ctx: Context,
+        tasks: list[str] | None = None,
+        dataset: str | None = None,
+        task_glob: str | None = None,
+        group_size: Annotated[int, Field(ge=1)] = 1,
+        harness: str | None = None,
+        sandbox: str | None = None,
+        llm: LLMSpec | str | None = None,
+        sampling: Sampling | None = None,
+        limits: Limits | None = None,
+        reward_key: str | None = None,
+        seed: int = 0,
+        concurrency: Annotated[int, Field(ge=1, le=256)] = 4,
+        min_reward: float | None = None,
+        trainable_only: bool = False,
+        keep_failures: bool = True,
+        resume: bool = True,
+        llm_url: str | None = None,
+        model: str | None = None,
+        api_key: str | None = None,
+    ) -> CollectResult:
+        """Collect many rollouts into a dataset directory, crash-safe and resumable.
+
+        tasks: task references (as run_rollout's task), or dataset: a Harbor dataset with
+        task_glob over its task names. episodes: how many in all; group_size samples share one
+        task instance (a GRPO group, same group_id). out_dir: a directory name (relative paths
+        are under the server's data directory); it holds episodes.jsonl (kept episodes with
+        token arrays), failures.jsonl, filtered.jsonl and manifest.json. Calling again with the
+        same arguments resumes: written episodes are skipped, never duplicated; a larger
+        `episodes` extends the collection. min_reward / trainable_only filter what is kept.
+        llm, sampling, limits, harness, sandbox, reward_key: as run_rollout. Progress is
+        reported per episode; cancelling stops with everything written kept. Then
+        push_dataset(out_dir, repo_id) publishes it.
+        """
+        try:
+            spec = resolve_llm(
+                llm, llm_url=llm_url, model=model, api_key=api_key, default=state.default_llm
+            )
+            task_refs = await anyio.to_thread.run_sync(
+                lambda: resolve_tasks(tasks, dataset=dataset, task_glob=task_glob)
+            )
+            config = CollectConfig(
+                tasks=task_refs,
+                episodes=episodes,
+                group_size=group_size,
+                harness=harness,
+                sandbox=sandbox,
+                llm=spec,
+                sampling=sampling or Sampling(),
+                limits=limits or Limits(),
+                reward_key=reward_key,
+                seed=seed,
+                concurrency=concurrency,
+                min_reward=min_reward,
+                trainable_only=trainable_only,
+                keep_failures=keep_failures,
+                resume=resume,
+            )
+        except (RolloutArgumentError, CollectInputError, ValueError) as exc:
+            raise ToolError(str(exc)) from None
+
+        async def progress(p: CollectProgress) -> None:
+            mean = "-" if p.reward_mean is None else f"{p.reward_mean:.3f}"
+            await ctx.report_progress(
+                p.done,
+                p.total,
+                f"kept {p.collected}, filtered {p.filtered}, failed {p.failed}, "
+                f"skipped {p.skipped_done}; mean reward {mean}",
+            )
+
+        try:
+            return await collect(
+                config, state.data_path(out_dir), pool=state.pool, on_progress=progress
+            )
+        except (CollectInputError, CollectionError, OSError) as exc:
+            raise ToolError(f"{type(exc).__name__}: {exc}") from None
+
+    @mcp.tool()
+    async def push_dataset(
+        out_dir: str,
+        repo_id: str,
+        private: bool = True,
+        dry_run: bool = False,
+        commit_message: str | None = None,
+    ) -> PushResult:
+        """Publish a collection (collect_episodes' out_dir) to the Hugging Face Hub as a dataset
+        repo: the episodes as Parquet plus a generated dataset card, in one commit, so that
+        datasets.load_dataset(repo_id) gives the train split. private: default true.
+        dry_run: return exactly what would be sent (files, sizes, card) and send nothing. The
+        server's Hugging Face token (HF_TOKEN or a saved login) is used and never returned.
+        """
+        from rollwire.datasets.hub import HubError, apush_collection
+
+        path = state.data_path(out_dir)
+        if not (path / "manifest.json").exists():
+            raise ToolError(f"out_dir: {out_dir!r} holds no collection (no manifest.json)")
+        try:
+            return await apush_collection(
+                path, repo_id, private=private, dry_run=dry_run, commit_message=commit_message
+            )
+        except (HubError, OSError, ValueError) as exc:
+            raise ToolError(f"{type(exc).__name__}: {exc}") from None
 
     @mcp.tool()
     async def get_rollout_graph(

@@ -1,0 +1,224 @@
+"""``rollwire collect``, ``rollwire export`` and ``rollwire push``: collections on the command line.
+
+``collect`` shows a rich progress bar on stderr (collected, failed, mean reward, episodes/s,
+ETA); Ctrl-C stops it with every written episode intact, and running the same command again
+resumes. Results go to stdout (a summary line, or JSON with ``--json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+from typing import Any
+
+import anyio
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _config(args: argparse.Namespace) -> Any:
+    from rollwire.sessions.collect import CollectConfig, resolve_tasks
+    from rollwire.tools.rollouts import Limits, LLMSpec, Sampling
+
+    tasks = resolve_tasks(args.task, dataset=args.dataset, task_glob=args.tasks)
+    return CollectConfig(
+        tasks=tasks,
+        episodes=args.n,
+        group_size=args.group_size,
+        harness=args.harness,
+        sandbox=args.sandbox,
+        llm=LLMSpec(url=args.llm_url, model=args.model, api_key=args.api_key)
+        if args.llm_url
+        else None,
+        sampling=Sampling(temperature=args.temperature, max_tokens=args.max_tokens),
+        limits=Limits(max_turns=args.max_turns, timeout_s=args.timeout_s),
+        reward_key=args.reward_key,
+        seed=args.seed,
+        concurrency=args.concurrency,
+        min_reward=args.min_reward,
+        trainable_only=args.trainable_only,
+        keep_failures=not args.drop_failures,
+        resume=not args.no_resume,
+    )
+
+
+async def _collect(args: argparse.Namespace, config: Any) -> Any:
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    from rollwire.sessions.collect import CollectProgress, collect
+
+    console = Console(stderr=True)
+    bar = Progress(
+        TextColumn("[bold]collect"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[stats]}"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=console,
+        disable=args.no_progress,
+    )
+    with bar:
+        task_id = bar.add_task("collect", total=config.episodes, stats="")
+
+        def on_progress(p: CollectProgress) -> None:
+            mean = "-" if p.reward_mean is None else f"{p.reward_mean:.3f}"
+            stats = (
+                f"kept {p.collected} filtered {p.filtered} failed {p.failed} "
+                f"skipped {p.skipped_done} reward {mean} {p.episodes_per_s:.2f} ep/s"
+            )
+            bar.update(task_id, completed=p.done, stats=stats)
+
+        return await collect(config, args.out, on_progress=on_progress)
+
+
+def _cmd_collect(args: argparse.Namespace) -> int:
+    from rollwire.datasets.store import CollectionError
+    from rollwire.sessions.collect import CollectInputError
+
+    try:
+        config = _config(args)
+        result = anyio.run(functools.partial(_collect, args, config))
+    except (CollectInputError, CollectionError, ValueError) as exc:
+        _say(f"rollwire collect: {exc}")
+        return 2
+    except KeyboardInterrupt:
+        _say(
+            f"rollwire collect: interrupted; every written episode is in {args.out} "
+            "(run the same command again to resume)"
+        )
+        return 130
+    for line in result.recovery:
+        _say(f"rollwire collect: resumed: {line}")
+    if args.json:
+        print(result.model_dump_json(indent=2))
+    else:
+        mean = "-" if result.reward_mean is None else f"{result.reward_mean:.4f}"
+        print(
+            f"collected {result.collected}, filtered {result.filtered}, failed {result.failed}, "
+            f"skipped (already done) {result.skipped_done}; mean reward {mean}; "
+            f"{result.trainable_tokens} trainable tokens; {result.wall_s:.1f} s -> {result.out_dir}"
+        )
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from rollwire.datasets.export import ExportError, export_collection
+
+    try:
+        result = export_collection(
+            args.dir,
+            args.out_dir,
+            parquet=args.format == "parquet",
+            jsonl=args.format == "jsonl",
+        )
+    except (ExportError, OSError, ValueError) as exc:
+        _say(f"rollwire export: {exc}")
+        return 2
+    files = result.parquet_files + ([result.jsonl_file] if result.jsonl_file else [])
+    print(f"{result.n_rows} episodes -> {result.out_dir}: {', '.join(files)}")
+    return 0
+
+
+def _cmd_push(args: argparse.Namespace) -> int:
+    from rollwire.datasets.hub import HubError, push_collection
+
+    try:
+        result = push_collection(
+            args.dir,
+            args.repo_id,
+            private=not args.public,
+            commit_message=args.message,
+            dry_run=args.dry_run,
+        )
+    except (HubError, OSError, ValueError) as exc:
+        _say(f"rollwire push: {exc}")
+        return 2
+    if args.dry_run:
+        print(result.plan.describe())
+    else:
+        print(f"pushed {result.plan.n_rows} episodes to {result.repo_url} ({result.commit_url})")
+    return 0
+
+
+def add_commands(sub: Any, endpoint_args: Any) -> None:
+    """Register collect, export and push on the ``rollwire`` parser."""
+    c = sub.add_parser(
+        "collect",
+        help="collect many rollouts into a resumable dataset directory",
+        description=(
+            "Run a task set x group size episodes at bounded concurrency into --out "
+            "(episodes.jsonl, failures.jsonl, filtered.jsonl, manifest.json). Every episode is "
+            "written once and fsynced; re-running the same command resumes (what is written is "
+            "skipped); -n may grow to extend a collection."
+        ),
+    )
+    endpoint_args(c, required=False)
+    src = c.add_mutually_exclusive_group(required=True)
+    src.add_argument("--task", action="append", help="a task reference (repeatable)")
+    src.add_argument("--dataset", help="a Harbor dataset (directory or registry .json)")
+    c.add_argument("--tasks", help="with --dataset: a glob over task names, e.g. 'count-*'")
+    c.add_argument("-n", type=int, required=True, help="episodes in all")
+    c.add_argument("--group-size", type=int, default=1, help="samples per task instance (GRPO)")
+    c.add_argument("--harness", help="Harbor tasks: terminus-2 (default), oracle, nop")
+    c.add_argument("--sandbox", help="Harbor tasks: local (default)")
+    c.add_argument("--concurrency", type=int, default=4, help="rollouts at once (default 4)")
+    c.add_argument("--out", required=True, help="the collection directory")
+    c.add_argument("--no-resume", action="store_true", help="refuse an --out that holds data")
+    c.add_argument("--min-reward", type=float, help="keep episodes with at least this reward")
+    c.add_argument("--trainable-only", action="store_true", help="keep trainable episodes only")
+    c.add_argument(
+        "--drop-failures", action="store_true", help="count failures but do not record them"
+    )
+    c.add_argument("--seed", type=int, default=0, help="first task seed (default 0)")
+    c.add_argument("--max-turns", type=int, help="agent turns per episode")
+    c.add_argument("--max-tokens", type=int, help="tokens per model call")
+    c.add_argument("--temperature", type=float, help="sampling temperature")
+    c.add_argument("--timeout-s", type=float, help="wall clock per episode")
+    c.add_argument("--reward-key", help="which reward of a multi-reward verifier is the reward")
+    c.add_argument("--json", action="store_true", help="print the result as JSON")
+    c.add_argument("--no-progress", action="store_true", help="no progress bar")
+    c.set_defaults(func=_cmd_collect)
+
+    e = sub.add_parser(
+        "export",
+        help="export a collection to Parquet or JSONL (the Hub's schema)",
+        description="Writes <DIR>/data/train-*.parquet or train.jsonl (or --out-dir).",
+    )
+    e.add_argument("dir", help="the collection directory")
+    e.add_argument("--format", choices=("parquet", "jsonl"), default="parquet")
+    e.add_argument("--out-dir", help="where to write (default <DIR>/data)")
+    e.set_defaults(func=_cmd_export)
+
+    p = sub.add_parser(
+        "push",
+        help="push a collection to the Hugging Face Hub as a dataset repo",
+        description=(
+            "Uploads the episodes as Parquet with a generated dataset card in one commit, so "
+            "load_dataset(REPO) gives the train split. The token comes from HF_TOKEN or "
+            "`huggingface-cli login`, and is never printed. Private unless --public."
+        ),
+    )
+    p.add_argument("dir", help="the collection directory")
+    p.add_argument("--repo-id", required=True, help="ORG/NAME")
+    vis = p.add_mutually_exclusive_group()
+    vis.add_argument("--private", action="store_true", help="a private repo (the default)")
+    vis.add_argument("--public", action="store_true", help="a public repo")
+    p.add_argument("--message", help="commit message")
+    p.add_argument("--dry-run", action="store_true", help="print what would be sent; send nothing")
+    p.set_defaults(func=_cmd_push)
+
+
+__all__ = ["add_commands"]

@@ -1,0 +1,427 @@
+"""Collections: many rollouts turned into a dataset, crash-safe and resumable.
+
+A collection is a task set x ``group_size`` samples per task, run at bounded concurrency, each
+episode written once to an :class:`EpisodeStore` (``episodes.jsonl``, ``failures.jsonl``,
+``filtered.jsonl``, ``manifest.json``). The work list is a fresh, deterministic list on every
+run: episode ``k`` of the collection is sample ``k % group_size`` of group ``k // group_size``;
+groups go round the task list, so group ``g`` is task ``tasks[g % T]``, that task's group number
+``g // T``. Every sample of a group shares the task seed (``seed + group number``: one problem
+instance, as GRPO needs) and gets its own sampling seed. Episode ids come from
+(task, sample index, task seed), so a resume skips exactly what is written and runs the rest.
+
+Nothing accumulates per episode in memory except the ids written (the result names them);
+statistics are running (O(1) per episode). Cancellation stops the run with every written
+episode intact; the store is closed (manifest written) on the way out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+from pydantic import BaseModel, Field
+
+from rollwire.capture.rollout import RolloutType
+from rollwire.datasets.records import (
+    EpisodeRecord,
+    FailureRecord,
+    FilteredRecord,
+    episode_id,
+    group_id,
+)
+from rollwire.datasets.stats import RunningStats
+from rollwire.datasets.store import CollectionError, EpisodeStore
+from rollwire.sessions.result import RolloutResult
+from rollwire.tools.endpoint import EndpointNotUsable, EndpointPool
+from rollwire.tools.rollouts import (
+    Limits,
+    LLMSpec,
+    Plan,
+    RolloutArgumentError,
+    RolloutRequest,
+    Sampling,
+    attempt,
+    plan,
+)
+from rollwire.tools.tasks import HARBOR_PREFIX, HarborRef
+
+log = logging.getLogger("rollwire.collect")
+
+
+class CollectInputError(ValueError):
+    """A collection that cannot start; the message starts with the offending field's name."""
+
+
+class CollectConfig(BaseModel):
+    """What to collect. Everything but ``episodes``, ``concurrency`` and ``resume`` is the
+    collection's identity: re-running with the same identity and ``--out`` resumes it, and
+    ``episodes`` may grow to extend it."""
+
+    tasks: list[str] = Field(min_length=1, description="task references (list_tasks refs)")
+    episodes: int = Field(ge=1, description="episodes to collect in all")
+    group_size: int = Field(default=1, ge=1, description="samples per task instance (GRPO)")
+    harness: str | None = None
+    sandbox: str | None = None
+    llm: LLMSpec | None = None
+    sampling: Sampling = Field(default_factory=Sampling)
+    limits: Limits = Field(default_factory=Limits)
+    reward_key: str | None = None
+    task_config: dict[str, Any] | None = None
+    seed: int = Field(default=0, description="the first group's task seed")
+    concurrency: int = Field(default=4, ge=1, le=1024)
+    min_reward: float | None = Field(default=None, description="keep episodes at or above it")
+    trainable_only: bool = Field(default=False, description="keep train episodes with tokens")
+    keep_failures: bool = Field(
+        default=True, description="record failed rollouts in failures.jsonl (always counted)"
+    )
+    resume: bool = True
+
+    def identity(self) -> dict[str, Any]:
+        """The part that names the collection (no secrets, no run settings)."""
+        data = self.model_dump(
+            mode="json", exclude={"episodes", "concurrency", "resume", "keep_failures"}
+        )
+        if data.get("llm"):
+            data["llm"] = {"url": data["llm"]["url"], "model": data["llm"]["model"]}
+        return data
+
+
+@dataclass(frozen=True)
+class Work:
+    """One episode to collect."""
+
+    index: int
+    task: str
+    sample_index: int
+    seed: int | None
+    sampling_seed: int
+    group_id: str
+    episode_id: str
+
+
+def work_list(config: CollectConfig, harbor: set[str]) -> list[Work]:
+    """The collection's episodes, in order (a new list each call: never an exhausted iterator).
+    ``harbor``: the task refs that take no task seed (Harbor tasks)."""
+    out: list[Work] = []
+    n_tasks = len(config.tasks)
+    for k in range(config.episodes):
+        g, j = divmod(k, config.group_size)
+        task = config.tasks[g % n_tasks]
+        group_no = g // n_tasks
+        sample_index = group_no * config.group_size + j
+        seed = None if task in harbor else config.seed + group_no
+        eid = episode_id(task, sample_index, seed)
+        out.append(
+            Work(
+                index=k,
+                task=task,
+                sample_index=sample_index,
+                seed=seed,
+                # distinct per episode and reproducible: derived from its id
+                sampling_seed=int(eid[:8], 16),
+                group_id=group_id(task, group_no, seed),
+                episode_id=eid,
+            )
+        )
+    return out
+
+
+class CollectProgress(BaseModel):
+    """Where a collection is (sent after every episode)."""
+
+    total: int
+    done: int = 0
+    collected: int = 0
+    filtered: int = 0
+    failed: int = 0
+    skipped_done: int = 0
+    reward_mean: float | None = None
+    episodes_per_s: float = 0.0
+    eta_s: float | None = None
+
+
+class CollectResult(BaseModel):
+    """What a collection run did."""
+
+    out_dir: str
+    collected: int = Field(description="episodes written to episodes.jsonl by this run")
+    filtered: int = Field(description="ran but not kept (filtered.jsonl)")
+    failed: int = Field(description="failed rollouts (failures.jsonl when keep_failures)")
+    skipped_done: int = Field(description="already in the collection: not run again")
+    episode_ids: list[str] = Field(description="ids of the episodes this run wrote")
+    reward_mean: float | None = Field(description="over this run's kept episodes with a reward")
+    reward_std: float | None = None
+    trainable_tokens: int = 0
+    wall_s: float = 0.0
+    cancelled: bool = False
+    model: str | None = None
+    engine_tier: str | None = None
+    totals: dict[str, int] = Field(
+        default_factory=dict, description="the whole collection's counts (manifest)"
+    )
+    recovery: list[str] = Field(
+        default_factory=list, description="what resuming found (e.g. a torn last line)"
+    )
+
+
+OnProgress = Callable[[CollectProgress], Awaitable[None] | None]
+
+
+def _keep(config: CollectConfig, result: RolloutResult) -> str | None:
+    """Why an ok episode is not kept, or None to keep it."""
+    if config.min_reward is not None and (
+        result.reward is None or result.reward < config.min_reward
+    ):
+        return f"reward {result.reward} < min_reward {config.min_reward}"
+    if config.trainable_only and (
+        result.rollout_type is not RolloutType.TRAIN or result.n_trainable_tokens == 0
+    ):
+        return "not trainable"
+    return None
+
+
+def _plans(config: CollectConfig) -> dict[str, Plan]:
+    """Check every distinct task once, before anything runs (blocking)."""
+    plans: dict[str, Plan] = {}
+    for task in dict.fromkeys(config.tasks):
+        request = RolloutRequest(
+            task=task,
+            harness=config.harness,
+            sandbox=config.sandbox,
+            llm=config.llm,
+            sampling=config.sampling,
+            limits=config.limits,
+            seed=None if task.startswith(HARBOR_PREFIX) else config.seed,
+            task_config=config.task_config,
+            reward_key=config.reward_key,
+        )
+        try:
+            plans[task] = plan(request)
+        except RolloutArgumentError as exc:
+            raise CollectInputError(f"{exc} (task {task!r})") from None
+    return plans
+
+
+async def collect(
+    config: CollectConfig,
+    out_dir: str | Path,
+    *,
+    pool: EndpointPool | None = None,
+    on_progress: OnProgress | None = None,
+) -> CollectResult:
+    """Run (or resume) a collection into ``out_dir``.
+
+    Raises :class:`CollectInputError` or :class:`CollectionError` before any rollout runs
+    (bad arguments, an endpoint that is not usable, an ``out_dir`` holding another collection
+    or not writable); afterwards every failure is a counted result. Cancellation propagates,
+    with the store closed and every written episode intact.
+    """
+    start = time.perf_counter()
+    plans = await anyio.to_thread.run_sync(_plans, config)
+    own_pool = pool is None
+    pool = pool or EndpointPool()
+    try:
+        model = tier = None
+        if any(p.needs_llm for p in plans.values()):
+            assert config.llm is not None
+            try:
+                endpoint = await pool.endpoint(
+                    config.llm.url, model=config.llm.model, api_key=config.llm.api_key
+                )
+            except EndpointNotUsable as exc:
+                raise CollectInputError(f"llm: {exc}") from None
+            model = endpoint.certification.model
+            tier = endpoint.certification.capture_level.value
+        out = Path(out_dir)
+        if not config.resume and (out / "manifest.json").exists():
+            raise CollectInputError(
+                f"out: {out} already holds a collection and resume is off: choose another "
+                "directory (nothing was deleted)"
+            )
+        store = await EpisodeStore.aopen(
+            out, config=config.identity(), model=model, engine_tier=tier
+        )
+        async with store:
+            return await _run(config, plans, store, pool, start, on_progress, model, tier)
+    finally:
+        if own_pool:
+            await pool.aclose()
+
+
+async def _run(
+    config: CollectConfig,
+    plans: dict[str, Plan],
+    store: EpisodeStore,
+    pool: EndpointPool,
+    start: float,
+    on_progress: OnProgress | None,
+    model: str | None,
+    tier: str | None,
+) -> CollectResult:
+    harbor = {t for t, p in plans.items() if isinstance(p.ref, HarborRef)}
+    todo: list[Work] = []
+    skipped = 0
+    for work in work_list(config, harbor):
+        if store.is_settled(work.episode_id):
+            skipped += 1
+        else:
+            todo.append(work)
+    if skipped:
+        store.note_skipped(skipped)
+    progress = CollectProgress(total=config.episodes, done=skipped, skipped_done=skipped)
+    written: list[str] = []
+    rewards = RunningStats()
+    tokens = 0
+    limiter = anyio.CapacityLimiter(config.concurrency)
+    ran = 0
+
+    async def report() -> None:
+        elapsed = time.perf_counter() - start
+        progress.reward_mean = rewards.summary().mean if rewards.count else None
+        progress.episodes_per_s = ran / elapsed if elapsed > 0 else 0.0
+        left = progress.total - progress.done
+        progress.eta_s = left / progress.episodes_per_s if progress.episodes_per_s else None
+        if on_progress is not None:
+            maybe = on_progress(progress.model_copy())
+            if maybe is not None:
+                await maybe
+
+    async def one(work: Work) -> None:
+        nonlocal ran, tokens
+        async with limiter:
+            p = plans[work.task]
+            request = RolloutRequest(
+                task=work.task,
+                harness=config.harness,
+                sandbox=config.sandbox,
+                llm=config.llm,
+                sampling=config.sampling.model_copy(update={"seed": work.sampling_seed})
+                if p.needs_llm
+                else config.sampling,
+                limits=config.limits,
+                seed=work.seed,
+                task_config=config.task_config,
+                reward_key=config.reward_key,
+                include_tokens=True,
+            )
+            sampling_seed = work.sampling_seed if p.needs_llm else None
+            episode_plan = dataclasses.replace(
+                p,
+                seed=sampling_seed if work.task in harbor else work.seed,
+                sampling_seed=sampling_seed,
+            )
+            result, _ = await attempt(request, episode_plan, work.episode_id, pool)
+        ran += 1
+        if not result.ok:
+            progress.failed += 1
+            if config.keep_failures:
+                await store.append_failure(
+                    FailureRecord.from_result(
+                        result, task=work.task, sample_index=work.sample_index, seed=work.seed
+                    )
+                )
+        else:
+            record = EpisodeRecord.from_result(
+                result,
+                task=work.task,
+                sample_index=work.sample_index,
+                seed=work.seed,
+                group_id=work.group_id,
+                model=model or "",
+            )
+            why_not = _keep(config, result)
+            if why_not is None:
+                await store.append_episode(record)
+                written.append(work.episode_id)
+                progress.collected += 1
+                if result.reward is not None:
+                    rewards.update(result.reward)
+                tokens += result.n_trainable_tokens
+            else:
+                await store.append_filtered(FilteredRecord.of(record, why_not))
+                progress.filtered += 1
+        progress.done += 1
+        await report()
+
+    cancelled = False
+    try:
+        await report()
+        async with anyio.create_task_group() as tg:
+            for work in todo:
+                tg.start_soon(one, work)
+    except anyio.get_cancelled_exc_class():
+        cancelled = True
+        raise
+    finally:
+        if cancelled:
+            log.warning(
+                "collection cancelled after %d of %d episodes; everything written is kept",
+                progress.done,
+                progress.total,
+            )
+    summary = rewards.summary() if rewards.count else None
+    counts = store.counts
+    return CollectResult(
+        out_dir=str(store.out_dir),
+        collected=progress.collected,
+        filtered=progress.filtered,
+        failed=progress.failed,
+        skipped_done=skipped,
+        episode_ids=written,
+        reward_mean=summary.mean if summary else None,
+        reward_std=summary.std if summary else None,
+        trainable_tokens=tokens,
+        wall_s=round(time.perf_counter() - start, 3),
+        model=model,
+        engine_tier=tier,
+        totals=counts.model_dump(),
+        recovery=[f.message for f in store.recovery],
+    )
+
+
+def resolve_tasks(
+    tasks: list[str] | None = None,
+    *,
+    dataset: str | None = None,
+    task_glob: str | None = None,
+) -> list[str]:
+    """Task references from ``--task`` refs, or every task of a Harbor ``dataset`` whose name
+    matches ``task_glob`` (blocking). Raises :class:`CollectInputError`."""
+    if tasks and dataset:
+        raise CollectInputError("task: give task references or a dataset, not both")
+    if tasks:
+        return list(tasks)
+    if not dataset:
+        raise CollectInputError("task: give --task REF (repeatable) or --dataset PATH")
+    from rollwire.harnesses.harbor.datasets import DatasetError, resolve_dataset
+    from rollwire.tools.tasks import format_harbor_ref
+
+    try:
+        ds = resolve_dataset(dataset)
+    except DatasetError as exc:
+        raise CollectInputError(f"dataset: {exc}") from None
+    names = [t.name for t in ds.tasks]
+    chosen = [n for n in names if task_glob is None or fnmatch.fnmatch(n, task_glob)]
+    if not chosen:
+        raise CollectInputError(f"tasks: no task of {dataset} matches {task_glob!r} ({names})")
+    return [format_harbor_ref(dataset, n) for n in chosen]
+
+
+__all__ = [
+    "CollectConfig",
+    "CollectInputError",
+    "CollectProgress",
+    "CollectResult",
+    "CollectionError",
+    "Work",
+    "collect",
+    "resolve_tasks",
+    "work_list",
+]
