@@ -78,6 +78,24 @@ async def exercise_every_tool(client: Client, llm_url: str, slow_task: str) -> N
         read = await client.read_resource(f"rollout://{held['rollout_id']}/{kind}")
         assert json.loads(read.contents[0].text)
 
+    out_dir = str(Path(slow_task.split(":", 1)[1].split("#")[0]).parent / "collection")
+    collected = (
+        await client.call_tool(
+            "collect_episodes",
+            {
+                "out_dir": out_dir,
+                "episodes": 2,
+                "tasks": ["reasoning_gym:chain_sum"],
+                "llm": llm_url,
+            },
+        )
+    ).structured_content
+    assert collected["collected"] == 2 and len(collected["episode_ids"]) == 2
+    dry = await client.call_tool(
+        "push_dataset", {"out_dir": out_dir, "repo_id": "me/rollouts", "dry_run": True}
+    )
+    assert dry.structured_content["sent"] is False and dry.structured_content["plan"]["n_rows"] == 2
+
     background = (
         await client.call_tool("start_rollout", {"task": slow_task, "harness": "oracle"})
     ).structured_content

@@ -27,6 +27,8 @@ TOOLS = {
     "cancel_rollout",
     "list_rollouts",
     "get_rollout_graph",
+    "collect_episodes",
+    "push_dataset",
     "info",
 }
 
