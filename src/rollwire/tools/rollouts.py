@@ -57,6 +57,12 @@ class TokenSequence(BaseModel):
     input_ids: list[int]
     loss_mask: list[int]
     logprobs: list[float]
+    prompt_len: int = Field(
+        description="positions before the first sampled token: the first turn's prompt"
+    )
+    turn_spans: list[list[int]] = Field(
+        description="[start, end) of each turn's sampled tokens in input_ids"
+    )
 
 
 class RolloutCounts(BaseModel):
@@ -139,6 +145,8 @@ def summary_of(
                 input_ids=s.input_ids,
                 loss_mask=s.loss_mask,
                 logprobs=s.logprobs,
+                prompt_len=s.turn_spans[0].start if s.turn_spans else len(s.input_ids),
+                turn_spans=[[t.start, t.end] for t in s.turn_spans],
             )
             for s in result.sequences or []
         ]
