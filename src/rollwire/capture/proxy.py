@@ -8,6 +8,7 @@ Control plane: ``/sessions`` (open, list, read, export, close), behind an admin 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import secrets
 from collections.abc import AsyncIterator
@@ -22,7 +23,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from rollwire.capture.certify import Certification
-from rollwire.capture.dialects import chat
+from rollwire.capture.dialects import chat, load_dialects
+from rollwire.capture.dialects.base import Dialect, DialectError
 from rollwire.capture.findings import warn
 from rollwire.capture.ingest import ingest_chat_reply
 from rollwire.capture.rollout import CaptureLevel
@@ -88,6 +90,27 @@ class _TooLarge(Exception):
     pass
 
 
+@dataclass
+class _Failure:
+    """A call that ends in an error, before it is shaped for the caller's dialect."""
+
+    status: int
+    message: str
+    type_: str
+    param: str | None = None
+    code: Any = None
+    passthrough: dict[str, Any] | None = None  # the engine's own OpenAI-shaped error
+
+    def chat_response(self) -> Response:
+        if self.passthrough is not None:
+            return json_response({"error": self.passthrough}, self.status)
+        return _error(self.status, self.message, type_=self.type_, param=self.param, code=self.code)
+
+
+def _is_aux(request: Request) -> bool:
+    return request.headers.get(AUX_HEADER, "").lower() in ("auxiliary", "aux")
+
+
 async def _read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
@@ -128,10 +151,24 @@ class CaptureProxy:
                 Route("/sessions/{session_id}", self.get_session, methods=["GET"]),
                 Route("/sessions/{session_id}", self.close_session, methods=["DELETE"]),
                 Route("/sessions/{session_id}/rollout", self.get_rollout, methods=["GET"]),
+                *self._dialect_routes(),
             ],
             lifespan=self._lifespan,
         )
         self.app.state.proxy = self
+
+    def _dialect_routes(self) -> list[Route]:
+        routes = []
+        for dialect in load_dialects():
+            for spec in dialect.routes:
+                routes.append(
+                    Route(
+                        spec.path,
+                        functools.partial(self.dialect_call, dialect, spec.kind),
+                        methods=[spec.method],
+                    )
+                )
+        return routes
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, _app: Starlette) -> AsyncIterator[None]:
@@ -219,38 +256,57 @@ class CaptureProxy:
         session = self._session_or_401(request)
         if isinstance(session, Response):
             return session
+        body = await self._json_body(request)
+        if isinstance(body, _Failure):
+            return body.chat_response()
+        try:
+            body = chat.validate_request(body)
+        except chat.RequestError as exc:
+            return _error(exc.status, exc.message, type_="invalid_request_error", param=exc.param)
+        outcome = await self._capture_turn(session, body, _is_aux(request))
+        if isinstance(outcome, _Failure):
+            return outcome.chat_response()
+        out, prepared = outcome
+        if prepared.stream:
+            return StreamingResponse(chat.sse_replay(out, prepared), media_type="text/event-stream")
+        return json_response(out)
+
+    async def _json_body(self, request: Request) -> Any:
+        """The request's JSON body, or a failure (415, 413, 400)."""
         ctype = request.headers.get("content-type", "")
         if ctype and "json" not in ctype.lower():
-            return _error(
+            return _Failure(
                 415,
                 f"content-type must be application/json, got {ctype!r}",
-                type_="invalid_request_error",
+                "invalid_request_error",
             )
         try:
             raw = await _read_body(request, self.config.max_body_bytes)
         except _TooLarge:
             limit = self.config.max_body_bytes
-            return _error(
-                413, f"request body is larger than {limit} bytes", type_="invalid_request_error"
+            return _Failure(
+                413, f"request body is larger than {limit} bytes", "invalid_request_error"
             )
         try:
-            body = chat.validate_request(orjson.loads(raw))
+            return orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
-            return _error(
-                400, f"request body is not valid JSON: {exc}", type_="invalid_request_error"
-            )
-        except chat.RequestError as exc:
-            return _error(exc.status, exc.message, type_="invalid_request_error", param=exc.param)
+            return _Failure(400, f"request body is not valid JSON: {exc}", "invalid_request_error")
+
+    async def _capture_turn(
+        self, session: CaptureSession, body: dict[str, Any], auxiliary: bool
+    ) -> tuple[dict[str, Any], chat.Prepared] | _Failure:
+        """One model call of a session, whatever the caller's dialect: forward the validated
+        chat body, record the turn, and return the caller-facing chat reply."""
         node_id = session.begin_call()
         if node_id is None:
             msg = f"session {session.session_id} reached max_model_calls={session.max_model_calls}"
             session.record(warn("max_model_calls", msg), error=True)
-            return _error(429, msg, type_="rate_limit_error", code="max_model_calls")
+            return _Failure(429, msg, "rate_limit_error", code="max_model_calls")
         try:
             model = await self.resolve_model()
         except chat.RequestError as exc:
             session.record(warn("model_unresolved", exc.message), error=True)
-            return _error(exc.status, exc.message, type_="upstream_error", param=exc.param)
+            return _Failure(exc.status, exc.message, "upstream_error", param=exc.param)
         except UpstreamError as exc:
             return self._upstream_failed(session, node_id, exc)
         prepared = chat.prepare(
@@ -263,7 +319,6 @@ class CaptureProxy:
             reply = await self.upstream.request_json("POST", "/chat/completions", prepared.upstream)
         except UpstreamError as exc:
             return self._upstream_failed(session, node_id, exc)
-        auxiliary = request.headers.get(AUX_HEADER, "").lower() in ("auxiliary", "aux")
         ingested = ingest_chat_reply(
             node_id,
             reply,
@@ -278,25 +333,66 @@ class CaptureProxy:
             for finding in ingested.findings:
                 session.record(finding.model_copy(update={"node_id": node_id}), error=True)
             msg = "; ".join(f.message for f in ingested.findings) or "unusable upstream reply"
-            return _error(502, msg, type_="upstream_error")
+            return _Failure(502, msg, "upstream_error")
         session.graph.add(ingested.turn)
-        out = chat.caller_reply(reply, prepared)
-        if prepared.stream:
-            return StreamingResponse(chat.sse_replay(out, prepared), media_type="text/event-stream")
-        return json_response(out)
+        return chat.caller_reply(reply, prepared), prepared
+
+    async def dialect_call(self, dialect: Dialect, kind: str, request: Request) -> Response:
+        """A route of another wire dialect: the same capture path, the caller's own shapes."""
+
+        def fail(status: int, message: str, param: str | None = None) -> Response:
+            return json_response(dialect.error(status, message, param), status)
+
+        stream_hint: bool | None = None
+        if dialect.action is not None:
+            found = dialect.action(request.path_params)
+            if found is None:
+                return fail(404, f"no such route: {request.method} {request.url.path}")
+            kind, stream_hint = found
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        session = self.sessions.get(dialect.session_key(headers, dict(request.query_params)))
+        if session is None:
+            return fail(401, f"unknown or missing capture session key ({dialect.name} dialect)")
+        if kind == "models":
+            try:
+                return json_response(dialect.models([await self.resolve_model()]))
+            except (chat.RequestError, UpstreamError) as exc:
+                return fail(502, getattr(exc, "message", str(exc)))
+        body = await self._json_body(request)
+        if isinstance(body, _Failure):
+            return fail(body.status, body.message)
+        if not isinstance(body, dict):
+            return fail(400, f"request body must be a JSON object, got {type(body).__name__}")
+        if kind == "count":  # answered, never recorded as a turn
+            return json_response(dialect.count_tokens(body))
+        try:
+            translated = dialect.translate(body, stream_hint)
+            chat_body = chat.validate_request({**translated.chat, "stream": False})
+        except DialectError as exc:
+            return fail(exc.status, exc.message, exc.param)
+        except chat.RequestError as exc:
+            return fail(exc.status, exc.message, exc.param)
+        outcome = await self._capture_turn(session, chat_body, _is_aux(request))
+        if isinstance(outcome, _Failure):
+            return fail(outcome.status, outcome.message, outcome.param)
+        out, _ = outcome
+        reply = dialect.reply(out, translated)
+        if translated.stream:
+            return StreamingResponse(dialect.sse(reply, translated), media_type="text/event-stream")
+        return json_response(reply)
 
     def _upstream_failed(
         self, session: CaptureSession, node_id: str, exc: UpstreamError
-    ) -> Response:
+    ) -> _Failure:
         session.record(warn(f"upstream_{exc.kind}", exc.message, node_id), error=True)
         log.warning("session %s call %s: %s", session.session_id, node_id, exc.message)
         if exc.kind == "http" and exc.status is not None:
             err = exc.body.get("error") if isinstance(exc.body, dict) else None
             if isinstance(err, dict) and "message" in err:
-                return json_response({"error": err}, exc.status)
-            return _error(exc.status, exc.message, type_="upstream_error", code=exc.status)
+                return _Failure(exc.status, str(err["message"]), "upstream_error", passthrough=err)
+            return _Failure(exc.status, exc.message, "upstream_error", code=exc.status)
         status = 504 if exc.kind == "timeout" else 502
-        return _error(status, exc.message, type_="upstream_error", code=exc.kind)
+        return _Failure(status, exc.message, "upstream_error", code=exc.kind)
 
     # ---- control plane ----------------------------------------------------------------------
 
