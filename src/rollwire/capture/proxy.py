@@ -107,6 +107,36 @@ class _Failure:
         return _error(self.status, self.message, type_=self.type_, param=self.param, code=self.code)
 
 
+def _remember_tool_arguments(session: CaptureSession, reply: dict[str, Any]) -> None:
+    for choice in reply.get("choices") or []:
+        for call in (choice.get("message") or {}).get("tool_calls") or []:
+            fn = call.get("function") or {}
+            if isinstance(call.get("id"), str) and isinstance(fn.get("arguments"), str):
+                session.tool_arguments[call["id"]] = fn["arguments"]
+
+
+def _same_json(a: str, b: str) -> bool:
+    try:
+        return orjson.loads(a) == orjson.loads(b)
+    except orjson.JSONDecodeError:
+        return a == b
+
+
+def _restore_tool_arguments(session: CaptureSession, body: dict[str, Any]) -> None:
+    """Put back the exact arguments string the engine sampled for each earlier tool call that a
+    dialect carried as an object and re-serialised (same JSON value, maybe other spacing): the
+    next prompt must extend the earlier turn's tokens."""
+    for message in body.get("messages") or []:
+        if not isinstance(message, dict) or message.get("role") != "assistant":
+            continue
+        for call in message.get("tool_calls") or []:
+            fn = call.get("function") if isinstance(call, dict) else None
+            sampled = session.tool_arguments.get(call.get("id")) if fn else None
+            if sampled is not None and isinstance(fn.get("arguments"), str):
+                if fn["arguments"] != sampled and _same_json(fn["arguments"], sampled):
+                    fn["arguments"] = sampled
+
+
 def _is_aux(request: Request) -> bool:
     return request.headers.get(AUX_HEADER, "").lower() in ("auxiliary", "aux")
 
@@ -335,6 +365,7 @@ class CaptureProxy:
             msg = "; ".join(f.message for f in ingested.findings) or "unusable upstream reply"
             return _Failure(502, msg, "upstream_error")
         session.graph.add(ingested.turn)
+        _remember_tool_arguments(session, reply)
         return chat.caller_reply(reply, prepared), prepared
 
     async def dialect_call(self, dialect: Dialect, kind: str, request: Request) -> Response:
@@ -367,6 +398,7 @@ class CaptureProxy:
             return json_response(dialect.count_tokens(body))
         try:
             translated = dialect.translate(body, stream_hint)
+            _restore_tool_arguments(session, translated.chat)
             chat_body = chat.validate_request({**translated.chat, "stream": False})
         except DialectError as exc:
             return fail(exc.status, exc.message, exc.param)

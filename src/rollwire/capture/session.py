@@ -30,6 +30,9 @@ class CaptureSession:
     findings: list[Finding] = field(default_factory=list)  # upstream errors, refused calls
     n_calls: int = 0
     n_errors: int = 0
+    # tool-call id -> the arguments string the engine sampled: a dialect that carries
+    # arguments as an object (Anthropic input, Google args) gets the exact string back.
+    tool_arguments: dict[str, str] = field(default_factory=dict, repr=False)
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1), repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
