@@ -240,6 +240,8 @@ def test_info_reports_what_can_run_here_with_reasons():
     assert not sandboxes["docker"]["available"] and "daemon" in sandboxes["docker"]["reason"]
     harnesses = {h["name"]: h for h in report["harnesses"]}
     assert harnesses["terminus-2"]["available"] and harnesses["oracle"]["available"]
+    assert harnesses["claude-code"]["dialect"] == "anthropic" and "chat" in report["dialects"]
+    assert harnesses["claude-code"]["available"] is ("anthropic" in report["dialects"])
     assert report["datasets"][0]["tasks"] >= 5
     assert report["env_families"]["reasoning_gym"]["available"]
 

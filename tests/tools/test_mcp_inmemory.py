@@ -346,7 +346,8 @@ async def test_info_reports_what_can_run(client):
     assert harnesses["oracle"]["available"]
     assert any(s["name"] == "local" for s in report["sandboxes"])
     assert report["env_families"]["reasoning_gym"]["available"]
-    assert set(report) == {"sandboxes", "harnesses", "datasets", "env_families"}
+    assert set(report) == {"sandboxes", "harnesses", "dialects", "datasets", "env_families"}
+    assert "chat" in report["dialects"] and harnesses["terminus-2"]["dialect"] == "chat"
 
 
 async def test_concurrent_rollouts_share_one_certification_and_proxy(client, state, fake_url):

@@ -411,9 +411,14 @@ def _cmd_info(args: argparse.Namespace) -> int:
     print("sandboxes")
     for s in report["sandboxes"]:
         print(f"  {s['name']:14} {'yes' if s['available'] else 'no ':3}  {s['reason'] or ''}")
-    print("harnesses")
+    print(f"harnesses, by dialect (the proxy serves: {', '.join(report['dialects'])})")
+    by_dialect: dict[str, list[dict[str, Any]]] = {}
     for h in report["harnesses"]:
-        print(f"  {h['name']:14} {'yes' if h['available'] else 'no ':3}  {h['reason'] or ''}")
+        by_dialect.setdefault(h["dialect"] or "no model", []).append(h)
+    for dialect, rows in by_dialect.items():
+        print(f"  {dialect}")
+        for h in rows:
+            print(f"    {h['name']:14} {'yes' if h['available'] else 'no ':3}  {h['reason'] or ''}")
     print("datasets")
     for d in report["datasets"]:
         print(f"  {d['source']}: " + (f"{d['tasks']} tasks" if "tasks" in d else d["error"]))

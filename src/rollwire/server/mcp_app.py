@@ -116,6 +116,7 @@ class HarnessStatus(BaseModel):
     name: str
     available: bool
     reason: str | None = None
+    dialect: str | None = Field(default=None, description="the wire dialect it speaks")
 
 
 class RolloutList(BaseModel):
@@ -130,6 +131,7 @@ class InfoReport(BaseModel):
 
     sandboxes: list[dict[str, Any]]
     harnesses: list[HarnessStatus]
+    dialects: list[str] = Field(description="wire dialects the capture proxy serves")
     datasets: list[dict[str, Any]]
     env_families: dict[str, dict[str, Any]]
 

@@ -24,7 +24,7 @@ async def info_report(
     from rollwire.harnesses.envs.registry import list_tasks
     from rollwire.harnesses.harbor.datasets import DatasetError, resolve_dataset
     from rollwire.harnesses.harbor.sandboxes import available_sandboxes
-    from rollwire.harnesses.harbor.seams import available_harnesses
+    from rollwire.harnesses.harbor.seams import SEAMS, available_harnesses, served_dialects
 
     report: dict[str, Any] = {}
     if llm_url:
@@ -33,8 +33,15 @@ async def info_report(
     sandboxes = await anyio.to_thread.run_sync(available_sandboxes)
     report["sandboxes"] = [s.model_dump(mode="json") for s in sandboxes]
     report["harnesses"] = [
-        {"name": n, "available": ok, "reason": why} for n, ok, why in available_harnesses()
+        {
+            "name": n,
+            "available": ok,
+            "reason": why,
+            "dialect": SEAMS[n].dialect if n in SEAMS else None,
+        }
+        for n, ok, why in available_harnesses()
     ]
+    report["dialects"] = sorted(served_dialects())
     found = []
     bundled = ["examples/tasks"] if await anyio.Path("examples/tasks").is_dir() else []
     for source in datasets or bundled:

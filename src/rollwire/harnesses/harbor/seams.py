@@ -33,8 +33,13 @@ from harbor.models.trial.config import AgentConfig
 Dialect = Literal["chat", "responses", "anthropic", "google"]
 Kind = Literal["none", "host", "installed", "import"]
 
-#: Wire dialects the capture proxy serves today.
-SERVED_DIALECTS: frozenset[str] = frozenset({"chat"})
+
+def served_dialects() -> frozenset[str]:
+    """Wire dialects the capture proxy serves: chat, and every dialect module it has."""
+    from rollwire.capture.dialects import load_dialects
+
+    return frozenset({"chat", *(d.name for d in load_dialects())})
+
 
 #: Guards ``os.environ`` while a harness that reads it at run time is running. A threading lock:
 #: rollouts arrive on many event loops, and the environment is global to the process.
@@ -110,6 +115,8 @@ class Seam:
         """Why this seam cannot run here, or None: a static reason, an import, a host tool."""
         if self.unavailable is not None:
             return self.unavailable
+        if self.dialect is not None and self.dialect not in served_dialects():
+            return _UNSERVED.format(dialect=self.dialect)
         try:
             cls = import_agent_class(self.harbor_class)
         except Exception as exc:
@@ -209,7 +216,7 @@ def import_agent_class(path: str) -> type:
     return cached
 
 
-_UNSERVED = "speaks the {dialect} dialect; rollwire's proxy serves chat-completions only so far"
+_UNSERVED = "speaks the {dialect} dialect, which rollwire's proxy does not serve"
 _INSTALLED_NOTE = (
     "installed inside the sandbox at setup (needs network for its installer) and reaches the "
     "proxy over the host's loopback (local sandbox with network on); not run end to end here"
@@ -240,7 +247,6 @@ def _installed(
         # it runs: serialise, and make os.environ say the same as the config for the whole run.
         reads_environ=True,
         sandbox_network=True,
-        unavailable=None if dialect in SERVED_DIALECTS else _UNSERVED.format(dialect=dialect),
         notes=f"{notes}; {_INSTALLED_NOTE}" if notes else _INSTALLED_NOTE,
     )
 
