@@ -336,6 +336,9 @@ class Behavior:
     chunk_delay_s: float = 0.0
     """Sleep before each streamed token chunk."""
     ignore_return_token_ids: bool = False
+    ignore_token_prompt: bool = False
+    """Render the messages whatever ``kv_transfer_params.prompt_token_ids`` says, as a vLLM
+    without pre-tokenized chat prompts does (it ignores the unknown key)."""
     """Ids are always null, as from a server that ignores ``return_token_ids``."""
     reject_param: str | None = None
     """400 naming this parameter whenever it is present in the request body."""
@@ -960,6 +963,21 @@ class FakeVLLM:
         if n < 1:
             raise _Reject(_error(400, f"n must be at least 1, got {n}.", param="n"))
         prompt_ids = self.render_prompt(messages)
+        given = (body.get("kv_transfer_params") or {}).get("prompt_token_ids")
+        if given is not None and not b.ignore_token_prompt:
+            # vLLM's pre-tokenized chat prompt: the ids are the prompt, verbatim (no template);
+            # the messages stay for the tool plan. Echoed as prompt_token_ids.
+            if not isinstance(given, list) or not all(
+                isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in given
+            ):
+                raise _Reject(
+                    _error(
+                        400,
+                        "prompt_token_ids must be a list of token ids",
+                        param="kv_transfer_params",
+                    )
+                )
+            prompt_ids = list(given)
         params = self._params(body, len(prompt_ids))
 
         scripted = b.scripted_replies.pop(0) if b.scripted_replies and not b.no_choices else None

@@ -76,6 +76,12 @@ class Certification(BaseModel):
     gap_ratio: float | None = None
     tool_calls: Literal["supported", "not_called", "rejected", "unknown"] = "unknown"
     param_fixes: list[ParamFix] = Field(default_factory=list)
+    token_in: bool = Field(
+        default=False,
+        description="the engine takes a token prompt on chat (kv_transfer_params."
+        "prompt_token_ids, echoed back): token-in continuation can splice",
+    )
+    token_in_reason: str | None = None
     findings: list[Finding] = Field(default_factory=list)
     elapsed_s: float = 0.0
 
@@ -308,6 +314,17 @@ async def _certify(upstream: Upstream, model: str | None, probe_tools: bool) -> 
     if probe_tools:
         cert.tool_calls, tool_findings = await _probe_tools(prober, cert.model)
         cert.findings.extend(tool_findings)
+    if cert.capture_level is CaptureLevel.TOKENS:
+        cert.token_in, cert.token_in_reason = await _probe_token_in(prober, cert.model)
+        level = "INFO" if cert.token_in else "WARN"
+        message = (
+            "token-in continuation: the engine takes a token prompt (kv_transfer_params."
+            "prompt_token_ids): conversations stay one training sequence"
+            if cert.token_in
+            else f"no token-in continuation ({cert.token_in_reason}): turns link by exact "
+            "token prefix and a re-tokenised reply starts a new sequence"
+        )
+        cert.findings.append((info if level == "INFO" else warn)("token_in", message))
     cert.param_fixes = prober.fixes
     for fix in prober.fixes:
         msg = f"the endpoint rejected {fix.param!r}; it is dropped from every request ({fix.provider_message})"
@@ -319,6 +336,38 @@ async def _certify(upstream: Upstream, model: str | None, probe_tools: bool) -> 
     else:
         cert.verdict = Verdict.EVAL_ONLY
     return cert
+
+
+async def _probe_token_in(prober: _Prober, model: str) -> tuple[bool, str | None]:
+    """Does the engine use a token prompt sent with a chat request? Send the ids of one
+    conversation with the messages of another: an engine that uses the ids echoes them."""
+    asked = [{"role": "user", "content": "Say yes."}]
+    other = [{"role": "user", "content": "Say no, please."}]
+    try:
+        ids = await prober.upstream.tokenize(
+            {"model": model, "messages": other, "add_generation_prompt": True}
+        )
+    except UpstreamError as exc:
+        return False, f"no /tokenize: {exc.message}"
+    body = {
+        "model": model,
+        "messages": asked,
+        "max_tokens": 1,
+        "temperature": 0,
+        "return_token_ids": True,
+        "kv_transfer_params": {"prompt_token_ids": ids},
+    }
+    try:
+        reply = await prober.chat(body)
+    except UpstreamError as exc:
+        return False, f"a chat with a token prompt failed: {exc.message}"
+    echoed = reply.get("prompt_token_ids") if isinstance(reply, dict) else None
+    if echoed == ids:
+        return True, None
+    return (
+        False,
+        "the engine ignored kv_transfer_params.prompt_token_ids (it rendered the messages)",
+    )
 
 
 def render_table(cert: Certification) -> str:

@@ -8,6 +8,7 @@ masked turns) is 0, and so is its logprob.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any
@@ -79,6 +80,12 @@ class TurnRecord(BaseModel):
     messages: list[dict[str, Any]] | None = None
     # Completion positions forced by constrained decoding (logprob 0.0): masked in sequences.
     constrained_positions: list[int] = Field(default_factory=list)
+    # Token-in continuation (see rollwire.capture.splice): how the prompt was built.
+    token_in_mode: str = "rendered"
+    parent_call_id: str | None = None
+    carried_len: int | None = None
+    synthesized_positions: list[int] = Field(default_factory=list)
+    drift: int | None = None
 
 
 class RolloutStats(BaseModel):
@@ -94,6 +101,8 @@ class RolloutStats(BaseModel):
     sequences: int
     trainable_sequences: int
     trainable_tokens: int
+    # Calls per token-in mode: rendered, spliced, fallback:<reason>.
+    token_in: dict[str, int] = Field(default_factory=dict)
 
 
 class RolloutDocument(BaseModel):
@@ -260,6 +269,9 @@ def export_rollout(
     graph, turns, unlinked = rollout.snapshot()
     level = rollout.capture_level
     usable = {t.node_id: _usable(t, level) for t in turns}
+    carried = _check_carried(turns)
+    for node_id in carried:
+        usable[node_id] = False
     discarded = discarded_leaves(graph)
     leaves = [n for n in graph if not graph.children(n)]
     leaves.sort(key=lambda n: tie_key(n.node_id))
@@ -302,6 +314,7 @@ def export_rollout(
         findings.append(info("discarded", f"turn {node_id} discarded: {reason}", node_id))
     for turn in turns:
         findings.extend(turn.findings)
+    findings.extend(carried.values())
     roots = len(graph.roots()) + len(unlinked)
     if not turns:
         findings.append(fatal("no_model_calls", "the rollout captured zero model calls"))
@@ -326,6 +339,7 @@ def export_rollout(
         sequences=len(sequences),
         trainable_sequences=n_trainable,
         trainable_tokens=sum(s.n_trainable_tokens for s in sequences if s.trainable),
+        token_in=dict(Counter(t.token_in_mode for t in turns)),
     )
     return RolloutDocument(
         capture_level=level,
@@ -336,6 +350,41 @@ def export_rollout(
         sequences=sequences,
         metadata=dict(metadata or {}),
     )
+
+
+def _check_carried(turns: list[Turn]) -> dict[str, Finding]:
+    """The spliced turns whose prompt does not start with their parent's prompt + sampled ids
+    (the token-in invariant): each is masked, with a FATAL finding."""
+    by_id = {t.node_id: t for t in turns}
+    broken: dict[str, Finding] = {}
+    for turn in turns:
+        if turn.token_in_mode != "spliced" or turn.parent_call_id is None:
+            continue
+        parent = by_id.get(turn.parent_call_id)
+        ok = (
+            parent is not None
+            and turn.prompt_ids is not None
+            and parent.prompt_ids is not None
+            and parent.sampled_ids is not None
+        )
+        if ok:
+            assert parent is not None and turn.prompt_ids is not None
+            carried = np.concatenate([parent.prompt_ids, parent.sampled_ids])  # type: ignore[list-item]
+            n = len(carried)
+            ok = (
+                turn.carried_len is not None
+                and turn.carried_len >= n
+                and len(turn.prompt_ids) >= n
+                and bool(np.array_equal(turn.prompt_ids[:n], carried))
+            )
+        if not ok:
+            broken[turn.node_id] = fatal(
+                "carried_len_violated",
+                f"turn {turn.node_id} was spliced onto {turn.parent_call_id} but its prompt does "
+                "not start with that call's prompt + sampled ids: masked",
+                turn.node_id,
+            )
+    return broken
 
 
 def _record(
@@ -382,4 +431,9 @@ def _record(
         constrained_positions=np.flatnonzero(turn.certain).tolist()
         if turn.certain is not None
         else [],
+        token_in_mode=turn.token_in_mode,
+        parent_call_id=turn.parent_call_id,
+        carried_len=turn.carried_len,
+        synthesized_positions=list(turn.synthesized),
+        drift=turn.drift,
     )

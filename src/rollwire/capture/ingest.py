@@ -141,6 +141,7 @@ def ingest_chat_reply(
     applied_params: dict[str, Any] | None = None,
     auxiliary: bool = False,
     request_findings: list[Finding] | None = None,
+    token_in: dict[str, Any] | None = None,
 ) -> Ingested:
     """Turn one parsed chat-completions reply into a checked :class:`Turn` (or no turn)."""
     if not isinstance(reply, dict):
@@ -203,5 +204,6 @@ def ingest_chat_reply(
         messages=request_messages if capture_level is CaptureLevel.TEXT else None,
         reply=reply_message(choice),
         usage=usage,
+        **(token_in or {}),
     )
     return Ingested(turn, [])

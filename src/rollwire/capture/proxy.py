@@ -25,10 +25,19 @@ from starlette.routing import Route
 from rollwire.capture.certify import Certification
 from rollwire.capture.dialects import chat, load_dialects
 from rollwire.capture.dialects.base import Dialect, DialectError
-from rollwire.capture.findings import warn
+from rollwire.capture.findings import info, warn
 from rollwire.capture.ingest import ingest_chat_reply
 from rollwire.capture.rollout import CaptureLevel
 from rollwire.capture.session import CaptureSession, SessionStore
+from rollwire.capture.splice import (
+    CallMemory,
+    Fallback,
+    ReasoningPolicy,
+    header_key,
+    plan_call,
+    splice,
+)
+from rollwire.capture.splice import Mode as TokenInMode
 from rollwire.capture.upstream import Upstream, UpstreamError
 
 log = logging.getLogger("rollwire.proxy")
@@ -51,15 +60,30 @@ class ProxyConfig:
     timeout_s: float = 600.0
     # Parameters the endpoint rejected at certification: dropped from every request.
     param_fixes: tuple[str, ...] = ()
+    # Token-in continuation (rollwire.capture.splice): off, auto (splice when the engine takes
+    # a token prompt, which certification found) or required (refuse to start otherwise).
+    token_in: TokenInMode = "off"
+    # Keep the model's own reasoning tokens when a harness strips them from history (keep), or
+    # start a new chain there (fork).
+    reasoning_policy: ReasoningPolicy = "keep"
 
 
 def certified_config(llm_url: str, cert: Certification, **settings: Any) -> ProxyConfig:
-    """The configuration a certification earned: its resolved model, tier and parameter fixes."""
+    """The configuration a certification earned: its resolved model, tier and parameter fixes,
+    and token-in continuation when the engine takes a token prompt at the tokens tier."""
+    token_in = settings.pop("token_in", "auto")
+    if token_in == "required" and not cert.token_in:
+        raise ValueError(
+            f"token_in=required, but {llm_url} does not take a token prompt ({cert.token_in_reason})"
+        )
+    if not cert.token_in or cert.capture_level is not CaptureLevel.TOKENS:
+        token_in = "off"
     return ProxyConfig(
         llm_url=llm_url,
         model=cert.model,
         capture_level=cert.capture_level,
         param_fixes=tuple(f.param for f in cert.param_fixes),
+        token_in=token_in,
         **settings,
     )
 
@@ -135,6 +159,28 @@ def _restore_tool_arguments(session: CaptureSession, body: dict[str, Any]) -> No
             if sampled is not None and isinstance(fn.get("arguments"), str):
                 if fn["arguments"] != sampled and _same_json(fn["arguments"], sampled):
                     fn["arguments"] = sampled
+
+
+def _remember_call(session: CaptureSession, body: dict[str, Any], turn: Any) -> None:
+    """Keep what a later call needs to splice onto this one."""
+    if turn.prompt_ids is None or turn.sampled_ids is None or turn.reply is None:
+        return
+    sampled = [int(t) for t in turn.sampled_ids]
+    close_id = sampled[-1] if sampled and turn.finish_reason in ("stop", "tool_calls") else None
+    if close_id is not None and session.close_id is None:
+        session.close_id = close_id
+    session.calls.append(
+        CallMemory(
+            node_id=turn.node_id,
+            messages=list(body["messages"]),
+            reply=dict(turn.reply),
+            header=header_key(body),
+            prompt_ids=[int(t) for t in turn.prompt_ids],
+            sampled_ids=sampled,
+            finish_reason=turn.finish_reason,
+            close_id=close_id,
+        )
+    )
 
 
 def _is_aux(request: Request) -> bool:
@@ -345,10 +391,24 @@ class CaptureProxy:
             capture_level=session.capture_level,
             drop_params=self.config.param_fixes,
         )
+        token_in, sent = await self._token_in(session, body, prepared, model)
         try:
             reply = await self.upstream.request_json("POST", "/chat/completions", prepared.upstream)
         except UpstreamError as exc:
             return self._upstream_failed(session, node_id, exc)
+        if sent is not None and isinstance(reply, dict) and reply.get("prompt_token_ids") != sent:
+            # The engine rendered the messages itself: the turn is what it saw, not a splice.
+            token_in = {"token_in_mode": "fallback:engine_ignored_token_in"}
+            prepared.findings.append(
+                warn(
+                    "token_in_ignored",
+                    "the engine did not use the token prompt it was sent (its echoed "
+                    "prompt_token_ids differ): this call was rendered",
+                    node_id,
+                )
+            )
+        elif token_in is not None and token_in["token_in_mode"].startswith("fallback:"):
+            prepared.findings.append(info("token_in_fallback", token_in.pop("detail"), node_id))
         ingested = ingest_chat_reply(
             node_id,
             reply,
@@ -358,6 +418,7 @@ class CaptureProxy:
             applied_params=prepared.applied,
             auxiliary=auxiliary,
             request_findings=prepared.findings,
+            token_in=token_in,
         )
         if ingested.turn is None:
             for finding in ingested.findings:
@@ -366,7 +427,61 @@ class CaptureProxy:
             return _Failure(502, msg, "upstream_error")
         session.graph.add(ingested.turn)
         _remember_tool_arguments(session, reply)
+        if self.config.token_in != "off":
+            _remember_call(session, body, ingested.turn)
         return chat.caller_reply(reply, prepared), prepared
+
+    async def _token_in(
+        self,
+        session: CaptureSession,
+        body: dict[str, Any],
+        prepared: chat.Prepared,
+        model: str,
+    ) -> tuple[dict[str, Any] | None, list[int] | None]:
+        """Splice the call onto its parent when it continues one: the token prompt goes to the
+        engine in ``kv_transfer_params.prompt_token_ids`` (vLLM's pre-tokenized chat prompt),
+        the messages stay for its tool and reasoning parsers. Returns the turn's token-in record
+        and the ids sent (None when rendered)."""
+        if self.config.token_in == "off" or session.capture_level is not CaptureLevel.TOKENS:
+            return None, None
+        try:
+            parent = plan_call(body, session.calls, reasoning=self.config.reasoning_policy)
+            if parent is None:
+                return {"token_in_mode": "rendered"}, None
+            close_id = parent.memory.close_id or session.close_id
+            if close_id is None:
+                raise Fallback("no_turn_close", "no call of this session ended by itself yet")
+            common = {
+                "model": model,
+                "tools": body.get("tools") or None,
+                "chat_template_kwargs": body.get("chat_template_kwargs"),
+            }
+            common = {k: v for k, v in common.items() if v is not None}
+            messages = body["messages"]
+            full = await self.upstream.tokenize(
+                {**common, "messages": messages, "add_generation_prompt": True}
+            )
+            history = await self.upstream.tokenize(
+                {
+                    **common,
+                    "messages": messages[: parent.index + 1],
+                    "add_generation_prompt": False,
+                }
+            )
+            out = splice(parent.memory, full, history, close_id=close_id)
+        except Fallback as fb:
+            return {"token_in_mode": f"fallback:{fb.reason}", "detail": str(fb)}, None
+        except UpstreamError as exc:
+            detail = f"tokenize_failed: {exc.message}"
+            return {"token_in_mode": "fallback:tokenize_failed", "detail": detail}, None
+        prepared.upstream["kv_transfer_params"] = {"prompt_token_ids": out.prompt_ids}
+        return {
+            "token_in_mode": "spliced",
+            "parent_call_id": parent.memory.node_id,
+            "carried_len": out.carried_len,
+            "synthesized": out.synthesized,
+            "drift": out.drift,
+        }, out.prompt_ids
 
     async def dialect_call(self, dialect: Dialect, kind: str, request: Request) -> Response:
         """A route of another wire dialect: the same capture path, the caller's own shapes."""

@@ -63,6 +63,14 @@ class Turn:
     reply: dict[str, Any] | None = None  # the assistant message returned
     usage: dict[str, Any] | None = None
     created_at: float = field(default_factory=time.time)
+    # Token-in continuation: "rendered" (the engine rendered the prompt), "spliced" (it carries
+    # call ``parent_call_id``'s prompt + sampled ids verbatim, ``carried_len`` of them, with the
+    # ``synthesized`` prompt positions added by rollwire), or "fallback:<reason>".
+    token_in_mode: str = "rendered"
+    parent_call_id: str | None = None
+    carried_len: int | None = None
+    synthesized: list[int] = field(default_factory=list)
+    drift: int | None = None
 
     @property
     def logprobs_ok(self) -> bool:

@@ -12,6 +12,7 @@ from typing import Any
 from rollwire.capture.export import RolloutDocument, export_rollout
 from rollwire.capture.findings import Finding
 from rollwire.capture.rollout import CaptureLevel, RolloutGraph
+from rollwire.capture.splice import CallMemory
 
 MAX_KEPT_ERRORS = 200
 
@@ -33,6 +34,9 @@ class CaptureSession:
     # tool-call id -> the arguments string the engine sampled: a dialect that carries
     # arguments as an object (Anthropic input, Google args) gets the exact string back.
     tool_arguments: dict[str, str] = field(default_factory=dict, repr=False)
+    # Token-in continuation: what each call sampled, and the model's turn-close token.
+    calls: list[CallMemory] = field(default_factory=list, repr=False)
+    close_id: int | None = None
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1), repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 

@@ -90,6 +90,19 @@ class Upstream:
             )
         return parsed
 
+    @property
+    def root_url(self) -> str:
+        """The server root (vLLM serves ``/tokenize`` there, beside ``/v1``)."""
+        return self.base_url[: -len("/v1")] if self.base_url.endswith("/v1") else self.base_url
+
+    async def tokenize(self, body: dict[str, Any]) -> list[int]:
+        """``POST /tokenize`` (chat form: messages, tools, add_generation_prompt, ...) -> ids."""
+        data = await self.request_json("POST", self.root_url + "/tokenize", body)
+        tokens = data.get("tokens") if isinstance(data, dict) else None
+        if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+            raise UpstreamError("invalid_json", "upstream /tokenize answered without 'tokens'")
+        return tokens
+
     async def served_models(self) -> list[str]:
         """Model ids from ``GET /models``."""
         data = await self.request_json("GET", "/models")

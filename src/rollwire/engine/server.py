@@ -209,6 +209,21 @@ class ReferenceEngine:
             }
         )
 
+    def _token_prompt(self, given: Any) -> list[int]:
+        n_vocab = self.model.n_vocab
+        if (
+            not isinstance(given, list)
+            or not given
+            or not all(
+                isinstance(t, int) and not isinstance(t, bool) and 0 <= t < n_vocab for t in given
+            )
+        ):
+            raise EngineError(
+                f"kv_transfer_params.prompt_token_ids must be a non-empty list of ids in [0, {n_vocab})",
+                param="kv_transfer_params",
+            )
+        return list(given)
+
     async def tokenize(self, request: Request) -> Response:
         """``POST /tokenize`` with ``messages`` (chat template) or ``prompt`` (raw text)."""
         try:
@@ -269,6 +284,11 @@ class ReferenceEngine:
             offered = tools if choice != "none" else None
             text = self.model.render(prepare_messages(messages, offered))
             prompt_ids = self.model.tokenize(text)
+            given = (body.get("kv_transfer_params") or {}).get("prompt_token_ids")
+            if given is not None:
+                # vLLM's pre-tokenized chat prompt (token-in continuation): the ids are the
+                # prompt verbatim; the messages still drive tool parsing.
+                prompt_ids = self._token_prompt(given)
             constraint: dict[str, Any] = {}
             if forced is not None:
                 # Constrained like vLLM's named tool_choice: the call's frame is forced, the
