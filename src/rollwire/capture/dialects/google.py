@@ -426,7 +426,7 @@ class _History:
         open_calls = [call for call in self.pending if not call[2]]
         call = next((c for c in open_calls if c[0] == wanted), None)
         if call is None:
-            call = None
+            call = next((c for c in open_calls if c[1] == name), None)
         if call is not None:
             call[2] = True
             match = call[0]
