@@ -59,15 +59,18 @@ async def _preflight(args: argparse.Namespace) -> Certification:
 async def _serve_proxy(args: argparse.Namespace) -> None:
     cert = await _preflight(args)
     model, level = cert.model, cert.capture_level
-    proxy = CaptureProxy(
-        certified_config(
+    try:
+        config = certified_config(
             args.llm_url,
             cert,
             api_key=args.api_key,
             admin_key=args.admin_key,
             max_body_bytes=int(args.max_body_mb * 1024 * 1024),
+            token_in=args.token_in,
         )
-    )
+    except ValueError as exc:
+        raise SystemExit(f"rollwire proxy: {exc}") from None
+    proxy = CaptureProxy(config)
     sock = _open(args.host, args.port)
     # Startup objects never die: keep them out of full collections (gen-2 pauses of 40-60 ms
     # under load otherwise, bench/README.md).
@@ -212,6 +215,14 @@ def _endpoint_args(parser: argparse.ArgumentParser, *, required: bool = True) ->
     )
     parser.add_argument("--model", help="served model to use (required when several are served)")
     parser.add_argument("--api-key", help="API key for the endpoint, if it needs one")
+    parser.add_argument(
+        "--token-in",
+        choices=("off", "auto", "required"),
+        default="auto",
+        help="token-in continuation: send the engine the model's own earlier tokens so a "
+        "conversation stays one training sequence; auto (default) when certification finds the "
+        "engine takes a token prompt, required refuses an engine that does not",
+    )
 
 
 def _emit(args: argparse.Namespace, i: int, result: Any) -> None:
@@ -249,11 +260,13 @@ async def _certified_proxy(args: argparse.Namespace) -> tuple[CaptureProxy, Upst
         return None
     _say(f"rollwire rollout: {args.llm_url} certified {cert.verdict.value} ({cert.model})")
     upstream = Upstream(args.llm_url, api_key=args.api_key)
-    proxy = CaptureProxy(
-        certified_config(args.llm_url, cert),
-        upstream=upstream,
-    )
-    return proxy, upstream
+    try:
+        config = certified_config(args.llm_url, cert, token_in=args.token_in)
+    except ValueError as exc:
+        await upstream.aclose()
+        _say(f"rollwire rollout: {exc}")
+        return None
+    return CaptureProxy(config, upstream=upstream), upstream
 
 
 def _harbor_agent_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -440,7 +453,9 @@ def _server_state(args: argparse.Namespace, admin_key: str | None = None) -> Any
     if args.llm_url:
         llm = LLMSpec(url=args.llm_url, model=args.model, api_key=args.api_key)
     return ServerState(
-        pool=EndpointPool(admin_key=admin_key), default_llm=llm, data_dir=Path(args.data_dir)
+        pool=EndpointPool(admin_key=admin_key, token_in=args.token_in),
+        default_llm=llm,
+        data_dir=Path(args.data_dir),
     )
 
 

@@ -81,7 +81,13 @@ async def _collect(args: argparse.Namespace, config: Any) -> Any:
             )
             bar.update(task_id, completed=p.done, stats=stats)
 
-        return await collect(config, args.out, on_progress=on_progress)
+        from rollwire.tools.endpoint import EndpointPool
+
+        pool = EndpointPool(token_in=args.token_in)
+        try:
+            return await collect(config, args.out, pool=pool, on_progress=on_progress)
+        finally:
+            await pool.aclose()
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:

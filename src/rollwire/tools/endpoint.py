@@ -52,8 +52,9 @@ class EndpointPool:
     (:meth:`served_url`) for agents that run as separate programs, and stops them on exit.
     """
 
-    def __init__(self, *, admin_key: str | None = None) -> None:
+    def __init__(self, *, admin_key: str | None = None, token_in: str = "auto") -> None:
         self.admin_key = admin_key
+        self.token_in = token_in
         self._certs: dict[EndpointKey, Certification] = {}
         self._endpoints: dict[EndpointKey, Endpoint] = {}
         self._locks: dict[EndpointKey, anyio.Lock] = {}
@@ -118,7 +119,8 @@ class EndpointPool:
             log.info("%s certified %s (%s)", llm_url, cert.verdict.value, cert.model)
             upstream = Upstream(llm_url, api_key=api_key)
             proxy = CaptureProxy(
-                certified_config(llm_url, cert, admin_key=self.admin_key), upstream=upstream
+                certified_config(llm_url, cert, admin_key=self.admin_key, token_in=self.token_in),
+                upstream=upstream,
             )
             made = Endpoint(certification=cert, proxy=proxy, upstream=upstream)
             self._endpoints[key] = made
