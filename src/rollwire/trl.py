@@ -61,13 +61,15 @@ def choose_sequence(sequences: Sequence[dict[str, Any]]) -> dict[str, Any] | Non
 
 
 def row_of(result: dict[str, Any] | None, *, error: str | None = None, pad_id: int = 0) -> dict:
-    """One TRL row from a ``run_rollout`` result (``include_tokens``); a failed or empty rollout
-    gives a row that trains nothing (env_mask all 0, reward None)."""
+    """One TRL row from a ``run_rollout`` result (``include_tokens``). A failed rollout, or one
+    with no trainable agent sequence (e.g. a text-tier engine), gives a row that trains nothing:
+    env_mask all 0 and reward None (``rewards`` still carries what the verifier said)."""
     sequences = (result or {}).get("sequences") or []
     ok = bool(result and result.get("ok"))
     chosen = choose_sequence(sequences) if ok else None
     base = {
-        "reward": (result or {}).get("reward") if ok else None,
+        # A row that trains nothing must not move its group's baseline either: reward None.
+        "reward": (result or {}).get("reward") if chosen is not None else None,
         "rewards": (result or {}).get("rewards") or {},
         "ok": ok,
         "rollout_id": (result or {}).get("rollout_id"),
@@ -259,16 +261,22 @@ def make_rollout_func(
 
     def rollout_func(prompts: list[Any], trainer: Any = None) -> dict[str, list[Any]]:
         call = next(calls)
+        # Several trainer processes each get a slice of the batch: offset by the process so
+        # they never draw the same seeds (keep each slice a whole number of groups).
+        accelerator = getattr(trainer, "accelerator", None)
+        process = int(getattr(accelerator, "process_index", 0) or 0)
+        processes = int(getattr(accelerator, "num_processes", 1) or 1)
+        groups = math.ceil(len(prompts) / group_size)
         args_list = []
         for i, prompt in enumerate(prompts):
             task = prompt if isinstance(prompt, str) else str(prompt.get("task") or prompt)
-            group = i // group_size
-            task_seed = seed + call * math.ceil(len(prompts) / group_size) + group
-            args: dict[str, Any] = {
-                "task": task,
-                "include_tokens": True,
-                "sampling": {**(sampling or {}), "seed": _sampling_seed(task_seed, i, call)},
-            }
+            task_seed = seed + (call * processes + process) * groups + i // group_size
+            args: dict[str, Any] = {"task": task, "include_tokens": True}
+            if harness not in ("oracle", "nop"):  # they sample nothing
+                args["sampling"] = {
+                    **(sampling or {}),
+                    "seed": _sampling_seed(task_seed, i, call * processes + process),
+                }
             if not task.startswith("harbor:"):
                 args["seed"] = task_seed
             for key, value in (

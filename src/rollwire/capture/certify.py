@@ -82,6 +82,9 @@ class Certification(BaseModel):
         "prompt_token_ids, echoed back): token-in continuation can splice",
     )
     token_in_reason: str | None = None
+    close_token_id: int | None = Field(
+        default=None, description="the token the model ends its turn with (seen at a stop)"
+    )
     findings: list[Finding] = Field(default_factory=list)
     elapsed_s: float = 0.0
 
@@ -316,6 +319,8 @@ async def _certify(upstream: Upstream, model: str | None, probe_tools: bool) -> 
         cert.findings.extend(tool_findings)
     if cert.capture_level is CaptureLevel.TOKENS:
         cert.token_in, cert.token_in_reason = await _probe_token_in(prober, cert.model)
+        if cert.token_in:
+            cert.close_token_id = await _probe_close_token(prober, cert.model)
         level = "INFO" if cert.token_in else "WARN"
         message = (
             "token-in continuation: the engine takes a token prompt (kv_transfer_params."
@@ -368,6 +373,28 @@ async def _probe_token_in(prober: _Prober, model: str) -> tuple[bool, str | None
         False,
         "the engine ignored kv_transfer_params.prompt_token_ids (it rendered the messages)",
     )
+
+
+async def _probe_close_token(prober: _Prober, model: str) -> int | None:
+    """The turn-close token: the last sampled id of a reply that stopped by itself (engines
+    return it in ``token_ids``, as vLLM does). None when the probe never stops."""
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": "Reply with the single word yes."}],
+        "max_tokens": 32,
+        "temperature": 0,
+        "return_token_ids": True,
+    }
+    try:
+        reply = await prober.chat(body)
+        choice = reply["choices"][0]
+    except (UpstreamError, KeyError, IndexError, TypeError):
+        return None
+    ids = choice.get("token_ids")
+    if choice.get("finish_reason") == "stop" and isinstance(ids, list) and ids:
+        last = ids[-1]
+        return last if isinstance(last, int) and not isinstance(last, bool) else None
+    return None
 
 
 def render_table(cert: Certification) -> str:

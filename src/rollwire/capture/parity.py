@@ -153,8 +153,10 @@ async def run_parity(
     turns: int = 3,
     seed: int = 0,
     tolerance: float = 1e-3,
+    rescore_tokens: bool = True,
 ) -> ParityReport:
-    """Capture a conversation through the proxy and re-score it. Never raises for engine trouble."""
+    """Capture a conversation through the proxy and re-score it (unless ``rescore_tokens`` is
+    False: then only the capture). Never raises for engine trouble."""
     report = ParityReport(llm_url=llm_url, temperature=temperature, tolerance=tolerance)
     cert = await validate_llm(llm_url, model=model, api_key=api_key, probe_tools=False)
     report.model = cert.model
@@ -184,6 +186,9 @@ async def run_parity(
         await upstream.aclose()
         return report
     try:
+        if not rescore_tokens:
+            report.document, report.turns = doc, doc.stats.turns
+            return report
         return await score_document(report, upstream, cert.model, doc)
     finally:
         await upstream.aclose()

@@ -66,6 +66,9 @@ class ProxyConfig:
     # Keep the model's own reasoning tokens when a harness strips them from history (keep), or
     # start a new chain there (fork).
     reasoning_policy: ReasoningPolicy = "keep"
+    # The model's turn-close token, when certification saw one (else learnt from the first
+    # call of a session that ends by itself).
+    close_token_id: int | None = None
 
 
 def certified_config(llm_url: str, cert: Certification, **settings: Any) -> ProxyConfig:
@@ -84,6 +87,7 @@ def certified_config(llm_url: str, cert: Certification, **settings: Any) -> Prox
         capture_level=cert.capture_level,
         param_fixes=tuple(f.param for f in cert.param_fixes),
         token_in=token_in,
+        close_token_id=cert.close_token_id,
         **settings,
     )
 
@@ -448,7 +452,7 @@ class CaptureProxy:
             parent = plan_call(body, session.calls, reasoning=self.config.reasoning_policy)
             if parent is None:
                 return {"token_in_mode": "rendered"}, None
-            close_id = parent.memory.close_id or session.close_id
+            close_id = parent.memory.close_id or session.close_id or self.config.close_token_id
             if close_id is None:
                 raise Fallback("no_turn_close", "no call of this session ended by itself yet")
             common = {

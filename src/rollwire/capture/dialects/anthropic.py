@@ -235,7 +235,7 @@ def _tool_result(block: Mapping[str, Any], where: str) -> dict[str, Any]:
     if is_error is not None and not isinstance(is_error, bool):
         raise _fail(f"{where}.is_error", f"must be a boolean, got {is_error!r}")
     if is_error:
-        pass
+        message["is_error"] = True
     return message
 
 

@@ -1,0 +1,251 @@
+"""GRPO with TRL, rollwire as the rollout source.
+
+Each GRPO sample is one agent rollout that a rollwire server runs (``run_rollout``): the policy
+is sampled through rollwire's capture proxy, so the trainer gets the engine's own token ids,
+logprobs and a loss mask over the whole multi-turn conversation (``env_mask``: 1 on sampled
+tokens, 0 on tool results and template tokens), and the verifier's reward.
+
+Two modes:
+
+    # check the rollout source against TRL's rollout_func contract (no torch, no trl needed)
+    python examples/trl_grpo.py --check --server http://127.0.0.1:8400/mcp \\
+        --tasks reasoning_gym --query chain_sum --limit 2 --group-size 4
+
+    # train (needs torch + trl; see README "Training with TRL")
+    python examples/trl_grpo.py --server http://127.0.0.1:8400/mcp --model Qwen/Qwen3-0.6B \\
+        --vllm-server http://127.0.0.1:8000 --tasks reasoning_gym --query chain_sum --limit 8
+
+Training samples from ``--vllm-server``: a vLLM OpenAI server started for TRL's server mode
+(``VLLM_SERVER_DEV_MODE=1 vllm serve MODEL --weight-transfer-config '{"backend": "nccl"}'
+--logprobs-mode processed_logprobs``) plus ``--return-tokens-as-token-ids`` and a tool-call
+parser for rollwire. GRPOTrainer pushes the current weights to it before each batch of
+rollouts, and rollwire's agents call the same server's ``/v1``, so every rollout samples the
+current policy. Without ``--vllm-server``, rollouts sample ``--llm-url`` (or the rollwire
+server's default engine) and nothing updates that engine: fine for a smoke test, not for a run.
+
+Checked against TRL 1.16.0 (``GRPOTrainer(rollout_func=...)``: ``rollout_func(prompts,
+trainer)`` gets each prompt ``num_generations`` times in a row, needs ``prompt_ids``,
+``completion_ids``, ``logprobs``, pops ``env_mask`` as the tool mask, and forwards every other
+key to the reward functions; ``GRPOConfig(use_vllm=True, vllm_mode="server",
+vllm_server_base_url=...)`` syncs weights into a plain ``vllm serve``). TRL marks
+``rollout_func`` experimental.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from rollwire.trl import make_rollout_func, reward_from_rollout, task_dataset
+
+REQUIRED = ("prompt_ids", "completion_ids", "logprobs")
+FORWARDED = (
+    "env_mask",
+    "reward",
+    "rewards",
+    "ok",
+    "rollout_id",
+    "sequences_total",
+    "seed",
+    "error",
+)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="GRPO with TRL, rollwire as the rollout source.")
+    p.add_argument("--server", default="http://127.0.0.1:8400/mcp", help="rollwire's /mcp URL")
+    p.add_argument("--token", default=os.environ.get("ROLLWIRE_TOKEN"), help="bearer token")
+    p.add_argument("--llm-url", help="engine (default: --vllm-server's /v1, else the server's)")
+    p.add_argument("--tasks", help="list_tasks source: an env family or a Harbor dataset path")
+    p.add_argument("--query", help="keep tasks whose reference or description contains it")
+    p.add_argument("--limit", type=int, default=4, help="number of tasks (default 4)")
+    p.add_argument("--task", action="append", default=[], help="a task reference (repeatable)")
+    p.add_argument("--harness", help="Harbor tasks: the agent harness (default terminus-2)")
+    p.add_argument("--group-size", type=int, default=4, help="GRPO num_generations (default 4)")
+    p.add_argument("--max-turns", type=int, default=4, help="agent turns per rollout")
+    p.add_argument("--max-tokens", type=int, help="sampled tokens per model call")
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling = TRL's temperature")
+    p.add_argument("--seed", type=int, default=0, help="task seed of the first group")
+    p.add_argument("--check", action="store_true", help="check the contract; no torch, no trl")
+    train = p.add_argument_group("training (without --check)")
+    train.add_argument("--model", help="the policy: a Hugging Face model id or a local path")
+    train.add_argument("--vllm-server", help="the vLLM server TRL syncs weights into (root URL)")
+    train.add_argument("--batch-size", type=int, help="per-device batch (default: --group-size)")
+    train.add_argument("--max-steps", type=int, default=10, help="optimizer steps (default 10)")
+    train.add_argument("--learning-rate", type=float, default=1e-6)
+    train.add_argument("--output-dir", default="runs/trl-grpo", help="checkpoints and state")
+    return p.parse_args(argv)
+
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def build(args: argparse.Namespace, pad_token_id: int = 0) -> tuple[Callable[..., Any], list[str]]:
+    """The rollout_func and the task references (the dataset's prompts)."""
+    headers = {"Authorization": f"Bearer {args.token}"} if args.token else None
+    if args.task:
+        refs = list(args.task)
+    else:
+        dataset = task_dataset(
+            args.tasks, query=args.query, limit=args.limit, server_url=args.server, headers=headers
+        )
+        refs = list(dataset["prompt"])
+    llm = args.llm_url
+    if llm is None and args.vllm_server:
+        llm = args.vllm_server.rstrip("/") + "/v1"
+    sampling: dict[str, Any] = {"temperature": args.temperature}
+    if args.max_tokens:
+        sampling["max_tokens"] = args.max_tokens
+    rollout_func = make_rollout_func(
+        args.server,
+        headers=headers,
+        harness=args.harness,
+        llm=llm,  # None: the rollwire server's --llm-url
+        sampling=sampling,
+        limits={"max_turns": args.max_turns},
+        group_size=args.group_size,  # = num_generations: a group shares one task seed
+        seed=args.seed,
+        pad_token_id=pad_token_id,
+    )
+    return rollout_func, refs
+
+
+def violations(out: dict[str, list[Any]], n: int, group_size: int) -> list[str]:
+    """Where ``out`` breaks what GRPOTrainer relies on (empty: it holds)."""
+    bad = [f"missing key {k!r}" for k in (*REQUIRED, *FORWARDED) if k not in out]
+    bad += [f"{k}: {len(v)} rows, expected {n}" for k, v in out.items() if len(v) != n]
+    if bad:
+        return bad
+    for i in range(n):
+        prompt, completion = out["prompt_ids"][i], out["completion_ids"][i]
+        logprobs, mask = out["logprobs"][i], out["env_mask"][i]
+        where = f"row {i} ({out['rollout_id'][i]})"
+        if not prompt or not completion:
+            bad.append(f"{where}: empty prompt_ids or completion_ids")
+        if not all(isinstance(t, int) for t in prompt + completion):
+            bad.append(f"{where}: a token id is not an int")
+        if not len(completion) == len(logprobs) == len(mask):
+            bad.append(f"{where}: completion/logprobs/env_mask lengths differ")
+            continue
+        if not set(mask) <= {0, 1}:
+            bad.append(f"{where}: env_mask holds {sorted(set(mask) - {0, 1})}")
+        if any(lp != 0.0 for lp, m in zip(logprobs, mask, strict=True) if m == 0):
+            bad.append(f"{where}: a logprob is not 0.0 where env_mask is 0")
+        if any(not math.isfinite(lp) or lp > 0.0 for lp in logprobs):
+            bad.append(f"{where}: a logprob is > 0 or not finite")
+        if not out["ok"][i] and (any(mask) or out["reward"][i] is not None):
+            bad.append(f"{where}: failed, yet env_mask has 1s or reward is not None")
+    for g in range(0, n, group_size):
+        if len({repr(s) for s in out["seed"][g : g + group_size]}) > 1:
+            bad.append(f"group at row {g}: its samples have different task seeds")
+    return bad
+
+
+def check(args: argparse.Namespace) -> int:
+    """One batch as TRL would ask for it; the rows, then the verdict."""
+    rollout_func, refs = build(args)
+    # TRL's RepeatSampler hands each prompt num_generations times, consecutively
+    prompts = [ref for ref in refs for _ in range(args.group_size)]
+    say(f"{len(prompts)} rollouts: {len(refs)} tasks x {args.group_size} (one GRPO group each)")
+    try:
+        out = rollout_func(prompts, None)
+    finally:
+        rollout_func.close()  # type: ignore[attr-defined]
+    print(
+        f"{'task':40} {'ok':3} {'reward':>6} {'prompt':>6} {'compl':>6} {'env=1':>6} {'env=0':>6}"
+    )
+    for i, task in enumerate(prompts):
+        mask = out["env_mask"][i]
+        reward = "-" if out["reward"][i] is None else f"{out['reward'][i]:.3f}"
+        print(
+            f"{task[:40]:40} {'yes' if out['ok'][i] else 'NO':3} {reward:>6} "
+            f"{len(out['prompt_ids'][i]):>6} {len(mask):>6} {sum(mask):>6} "
+            f"{len(mask) - sum(mask):>6}" + (f"  {out['error'][i]}" if out["error"][i] else "")
+        )
+    bad = violations(out, len(prompts), args.group_size)
+    if not any(any(m) for m in out["env_mask"]):
+        bad.append("no row has a trainable token (is the engine certified TRAIN?)")
+    failed = sum(not ok for ok in out["ok"])
+    print(
+        f"rows {len(prompts)}, failed {failed}, trainable tokens "
+        f"{sum(sum(m) for m in out['env_mask'])}, environment tokens "
+        f"{sum(len(m) - sum(m) for m in out['env_mask'])}, extra keys forwarded: "
+        + ", ".join(k for k in out if k not in REQUIRED)
+    )
+    for line in bad:
+        print(f"VIOLATION {line}")
+    print("contract: FAILED" if bad else "contract: OK")
+    return 1 if bad else 0
+
+
+def train(args: argparse.Namespace) -> int:
+    import torch
+    from transformers import AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    import datasets
+
+    if not args.model:
+        say("--model is required for training (or pass --check)")
+        return 2
+    if not args.vllm_server:
+        say("no --vllm-server: rollouts sample an engine that training never updates")
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    rollout_func, refs = build(args, pad_token_id=pad)
+
+    def logged_rollouts(prompts: list[Any], trainer: Any = None) -> dict[str, list[Any]]:
+        out = rollout_func(prompts, trainer)
+        rewards = [r for r in out["reward"] if r is not None]
+        mean = f"{sum(rewards) / len(rewards):.3f}" if rewards else "-"
+        step = trainer.state.global_step if trainer is not None else "-"
+        say(
+            f"step {step}: {len(prompts)} rollouts, {sum(not ok for ok in out['ok'])} failed, "
+            f"mean reward {mean}, prompt tokens {sum(len(p) for p in out['prompt_ids'])}, "
+            f"completion tokens {sum(len(m) for m in out['env_mask'])}, "
+            f"trainable tokens {sum(sum(m) for m in out['env_mask'])}"
+        )
+        return out
+
+    config = GRPOConfig(
+        output_dir=args.output_dir,
+        num_generations=args.group_size,
+        per_device_train_batch_size=args.batch_size or args.group_size,
+        max_steps=args.max_steps,
+        learning_rate=args.learning_rate,
+        temperature=args.temperature,  # TRL re-scores with it: the engine must sample with it
+        use_vllm=bool(args.vllm_server),
+        vllm_mode="server",
+        vllm_server_base_url=args.vllm_server,
+        bf16=torch.cuda.is_available(),
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=args.seed,
+    )
+    trainer = GRPOTrainer(
+        model=args.model,
+        processing_class=tokenizer,
+        reward_funcs=reward_from_rollout,
+        args=config,
+        train_dataset=datasets.Dataset.from_dict({"prompt": refs}),
+        rollout_func=logged_rollouts,
+    )
+    try:
+        trainer.train()
+    finally:
+        rollout_func.close()  # type: ignore[attr-defined]
+    trainer.save_state()  # trainer_state.json: TRL's logged metrics per step
+    trainer.save_model()
+    say(f"trained {trainer.state.global_step} steps; model and state in {args.output_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    arguments = parse_args()
+    sys.exit(check(arguments) if arguments.check else train(arguments))
