@@ -142,6 +142,7 @@ def ingest_chat_reply(
     auxiliary: bool = False,
     request_findings: list[Finding] | None = None,
     token_in: dict[str, Any] | None = None,
+    dialect: str = "chat",
 ) -> Ingested:
     """Turn one parsed chat-completions reply into a checked :class:`Turn` (or no turn)."""
     if not isinstance(reply, dict):
@@ -204,6 +205,7 @@ def ingest_chat_reply(
         messages=request_messages if capture_level is CaptureLevel.TEXT else None,
         reply=reply_message(choice),
         usage=usage,
+        dialect=dialect,
         **(token_in or {}),
     )
     return Ingested(turn, [])

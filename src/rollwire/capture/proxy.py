@@ -314,7 +314,19 @@ class CaptureProxy:
         return session
 
     async def models(self, request: Request) -> Response:
-        """``GET /v1/models``: the one model this proxy serves."""
+        """``GET /v1/models``: the one model this proxy serves (in Google's or Anthropic's shape
+        when the caller speaks that dialect: the route is shared)."""
+        headers = request.headers
+        speaker = (
+            "google"
+            if "x-goog-api-key" in headers or "key" in request.query_params
+            else "anthropic"
+            if "anthropic-version" in headers
+            else None
+        )
+        dialect = next((d for d in load_dialects() if d.name == speaker), None)
+        if dialect is not None:
+            return await self.dialect_call(dialect, "models", request)
         session = self._session_or_401(request)
         if isinstance(session, Response):
             return session
@@ -373,7 +385,13 @@ class CaptureProxy:
             return _Failure(400, f"request body is not valid JSON: {exc}", "invalid_request_error")
 
     async def _capture_turn(
-        self, session: CaptureSession, body: dict[str, Any], auxiliary: bool
+        self,
+        session: CaptureSession,
+        body: dict[str, Any],
+        auxiliary: bool,
+        *,
+        dialect: str = chat.NAME,
+        notes: list[str] | None = None,
     ) -> tuple[dict[str, Any], chat.Prepared] | _Failure:
         """One model call of a session, whatever the caller's dialect: forward the validated
         chat body, record the turn, and return the caller-facing chat reply."""
@@ -413,6 +431,8 @@ class CaptureProxy:
             )
         elif token_in is not None and token_in["token_in_mode"].startswith("fallback:"):
             prepared.findings.append(info("token_in_fallback", token_in.pop("detail"), node_id))
+        for note in notes or []:
+            prepared.findings.append(info("dialect_note", f"{dialect}: {note}", node_id))
         ingested = ingest_chat_reply(
             node_id,
             reply,
@@ -423,6 +443,7 @@ class CaptureProxy:
             auxiliary=auxiliary,
             request_findings=prepared.findings,
             token_in=token_in,
+            dialect=dialect,
         )
         if ingested.turn is None:
             for finding in ingested.findings:
@@ -523,7 +544,14 @@ class CaptureProxy:
             return fail(exc.status, exc.message, exc.param)
         except chat.RequestError as exc:
             return fail(exc.status, exc.message, exc.param)
-        outcome = await self._capture_turn(session, chat_body, _is_aux(request))
+        notes = translated.context.get("notes")
+        outcome = await self._capture_turn(
+            session,
+            chat_body,
+            _is_aux(request),
+            dialect=dialect.name,
+            notes=[str(n) for n in notes] if isinstance(notes, list) else None,
+        )
         if isinstance(outcome, _Failure):
             return fail(outcome.status, outcome.message, outcome.param)
         out, _ = outcome

@@ -49,11 +49,16 @@ search results, Files-API sources, server tool blocks, ``mcp_servers``, ``contai
 tools and tool ``input_examples``, an assistant prefill (a last message from the assistant),
 ``max_tokens`` < 1, and any top-level field this table does not know.
 
+Not kept: the order of blocks inside one assistant message (chat carries reasoning, then text,
+then tool calls: the order this dialect's own replies have) and ``cache_control`` / citation
+markers. Consecutive messages of one role stay separate messages (Anthropic would merge them).
+
 Reply (chat-completions -> ``Message``): ``reasoning_content``/``reasoning`` -> a ``thinking``
 block (signature ``rollwire:<key>``), text -> a ``text`` block, each tool call -> a ``tool_use``
 block with the engine's call id and the arguments parsed as a JSON object. Arguments that are not a
-JSON object (invalid JSON, a list, empty) are kept verbatim as ``{"_rollwire_raw_arguments": text}``, and
-the next request turns that back into exactly the sampled text, so the token prefix holds.
+JSON object (invalid JSON, a list, empty) are kept verbatim as
+``{"_rollwire_raw_arguments": text}``, and the next request turns that back into exactly the
+sampled text, so the token prefix holds.
 ``finish_reason`` tool_calls (or any tool call) / length / stop / content_filter -> ``tool_use`` /
 ``max_tokens`` / ``end_turn`` (``stop_sequence`` when the engine's ``stop_reason`` is one of the
 requested ``stop_sequences``) / ``refusal``.
