@@ -154,6 +154,7 @@ async def run_parity(
     seed: int = 0,
     tolerance: float = 1e-3,
     rescore_tokens: bool = True,
+    token_in: str = "auto",
 ) -> ParityReport:
     """Capture a conversation through the proxy and re-score it (unless ``rescore_tokens`` is
     False: then only the capture). Never raises for engine trouble."""
@@ -168,7 +169,7 @@ async def run_parity(
         return report
     upstream = Upstream(llm_url, api_key=api_key)
     proxy = CaptureProxy(
-        certified_config(llm_url, cert),
+        certified_config(llm_url, cert, token_in=token_in),
         upstream=upstream,
     )
     try:

@@ -1,0 +1,229 @@
+"""Token-in continuation: fragmentation and added latency, token-in off against on, in one run.
+
+Fragmentation = broken links / links: a conversation of T calls has T-1 links; every extra root
+of its rollout graph (a call whose prompt does not extend its parent's prompt + sampled ids) is a
+broken link. Two engines:
+
+* the fake vLLM (``tests.fakes.vllm``) with a sampler that splits one word into two pieces the
+  re-tokeniser would not produce, and a template that drops tool calls from history (both
+  measured on real vLLM with SmolLM2, see shared/FACTS.md): multi-turn tool conversations;
+* the reference engine (SmolLM2-135M on CPU, llama.cpp): ``rollwire parity``'s tool
+  conversation (4 calls) at T=1.0 and T=1.3, seeds 0..N-1.
+
+Added latency: per-call median of the proxied call with token-in on minus off, on the fake
+(alternating rounds; on costs two ``/tokenize`` calls per continuing call).
+
+Run from the repository root::
+
+    UV_PYTHON_DOWNLOADS=never uv run python bench/token_in.py           # ~5-8 min
+    UV_PYTHON_DOWNLOADS=never uv run python bench/token_in.py --quick   # ~1-2 min
+
+Targets: fragmentation 0% with token-in on, on both engines; added latency <= 2 ms per call on
+the fake. Results: a markdown table and ``bench/results/token_in.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.fakes.serve import serve_in_thread
+from tests.fakes.vllm import FakeVLLM
+
+from rollwire.capture.parity import run_parity
+from rollwire.capture.proxy import CaptureProxy, ProxyConfig
+from rollwire.capture.rollout import CaptureLevel
+from rollwire.server.serving import bind, serving, url_of
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "description": "Look a word up.",
+            "parameters": {"type": "object", "properties": {"word": {"type": "string"}}},
+        },
+    }
+]
+
+
+def fragmentation(docs: list[dict[str, Any]]) -> tuple[int, int]:
+    """(broken links, links) over rollout documents."""
+    broken = sum(d["stats"]["roots"] - 1 for d in docs)
+    links = sum(d["stats"]["turns"] - 1 for d in docs)
+    return broken, links
+
+
+async def fake_conversation(
+    http: httpx.AsyncClient, root: str, turns: int, timings: list[float], seed: int
+) -> dict[str, Any]:
+    sid = (await http.post(f"{root}/sessions")).json()["session_id"]
+    headers = {"Authorization": f"Bearer {sid}"}
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": f"Tell me about hypotheses and theories, case {seed}."}
+    ]
+    for turn in range(turns):
+        body = {"model": "x", "messages": messages, "tools": TOOLS, "max_tokens": 24, "seed": turn}
+        start = time.perf_counter()
+        reply = (await http.post(f"{root}/v1/chat/completions", json=body, headers=headers)).json()
+        if turn:  # first calls are rendered either way
+            timings.append((time.perf_counter() - start) * 1000)
+        message = reply["choices"][0]["message"]
+        said = {"role": "assistant", "content": message.get("content") or ""}
+        if message.get("tool_calls"):
+            said["tool_calls"] = message["tool_calls"]
+        messages.append(said)
+        for call in message.get("tool_calls") or []:
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": "a guess"})
+        if not message.get("tool_calls"):
+            messages.append({"role": "user", "content": f"Go on ({turn})."})
+    doc = (await http.get(f"{root}/sessions/{sid}/rollout")).json()
+    await http.delete(f"{root}/sessions/{sid}")
+    return doc
+
+
+async def bench_fake(conversations: int, turns: int, rounds: int) -> dict[str, Any]:
+    fake = FakeVLLM()
+    fake.behavior.update(
+        noncanonical_split=True, tool_call_every_turn=True, drop_tool_calls_in_history=True
+    )
+    out: dict[str, Any] = {}
+    with serve_in_thread(fake.app) as upstream:
+        proxies = {}
+        servers = []
+        for mode in ("off", "auto"):
+            config = ProxyConfig(
+                llm_url=upstream + "/v1", capture_level=CaptureLevel.TOKENS, token_in=mode
+            )
+            proxy = CaptureProxy(config)
+            sock = bind("127.0.0.1", 0)
+            servers.append((proxy, sock))
+            proxies[mode] = (proxy, sock)
+        docs: dict[str, list[dict[str, Any]]] = {"off": [], "auto": []}
+        timings: dict[str, list[float]] = {"off": [], "auto": []}
+        async with (
+            serving(proxies["off"][0].app, proxies["off"][1], stop_on_exit=True),
+            serving(proxies["auto"][0].app, proxies["auto"][1], stop_on_exit=True),
+            httpx.AsyncClient(timeout=60) as http,
+        ):
+            for r in range(rounds):
+                order = ("off", "auto") if r % 2 == 0 else ("auto", "off")
+                for mode in order:
+                    root = url_of(proxies[mode][1])
+                    for c in range(conversations):
+                        docs[mode].append(
+                            await fake_conversation(http, root, turns, timings[mode], c)
+                        )
+        for mode in ("off", "auto"):
+            broken, links = fragmentation(docs[mode])
+            out[mode] = {
+                "conversations": len(docs[mode]),
+                "links": links,
+                "broken": broken,
+                "fragmentation": broken / links if links else 0.0,
+                "median_ms": statistics.median(timings[mode]),
+                "spliced": sum(d["stats"]["token_in"].get("spliced", 0) for d in docs[mode]),
+            }
+        out["added_ms"] = out["auto"]["median_ms"] - out["off"]["median_ms"]
+    return out
+
+
+async def bench_engine(seeds: int, temperatures: list[float], turns: int) -> dict[str, Any]:
+    from rollwire.engine.model import DEFAULT_SERVED_NAME, ReferenceModel
+    from rollwire.engine.server import create_engine_app
+
+    app = create_engine_app(ReferenceModel(n_ctx=4096), served_name=DEFAULT_SERVED_NAME)
+    sock = bind("127.0.0.1", 0)
+    out: dict[str, Any] = {}
+    async with serving(app, sock, stop_on_exit=True):
+        url = url_of(sock) + "/v1"
+        for t in temperatures:
+            row: dict[str, Any] = {}
+            for mode in ("off", "auto"):
+                docs = []
+                for seed in range(seeds):
+                    report = await run_parity(
+                        url,
+                        temperature=t,
+                        turns=turns,
+                        seed=seed,
+                        rescore_tokens=False,
+                        token_in=mode,
+                    )
+                    assert report.document is not None, report.findings
+                    docs.append(report.document.model_dump(mode="json"))
+                broken, links = fragmentation(docs)
+                row[mode] = {
+                    "conversations": len(docs),
+                    "links": links,
+                    "broken": broken,
+                    "fragmentation": broken / links if links else 0.0,
+                    "token_in": [d["stats"]["token_in"] for d in docs],
+                }
+            out[f"T={t}"] = row
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--no-engine", action="store_true", help="skip the reference engine")
+    args = parser.parse_args()
+    conversations, rounds, seeds = (4, 2, 2) if args.quick else (10, 4, 6)
+    start = time.perf_counter()
+    fake = asyncio.run(bench_fake(conversations, 5, rounds))
+    engine = None if args.no_engine else asyncio.run(bench_engine(seeds, [1.0, 1.3], 4))
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    result = {
+        "date": dt.date.today().isoformat(),
+        "commit": commit,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "quick": args.quick,
+        "fake": fake,
+        "engine": engine,
+        "wall_s": round(time.perf_counter() - start, 1),
+    }
+    name = "token_in_quick.json" if args.quick else "token_in.json"
+    out = Path(__file__).resolve().parent / "results" / name
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print("| engine | T | token-in | conversations | links | broken | fragmentation |")
+    print("|---|---|---|---|---|---|---|")
+    for mode in ("off", "auto"):
+        f = fake[mode]
+        print(
+            f"| fake | 1.0 | {mode} | {f['conversations']} | {f['links']} | {f['broken']} | "
+            f"{f['fragmentation']:.1%} |"
+        )
+    for key, row in (engine or {}).items():
+        for mode in ("off", "auto"):
+            e = row[mode]
+            print(
+                f"| reference | {key[2:]} | {mode} | {e['conversations']} | {e['links']} | "
+                f"{e['broken']} | {e['fragmentation']:.1%} |"
+            )
+    print(
+        f"\nadded latency per continuing call on the fake (median, on - off): "
+        f"{fake['added_ms']:+.2f} ms (off {fake['off']['median_ms']:.2f} ms, "
+        f"on {fake['auto']['median_ms']:.2f} ms); wall {result['wall_s']} s -> {out}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
