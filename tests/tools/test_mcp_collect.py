@@ -140,3 +140,39 @@ def test_cli_collect_refuses_a_different_collection_in_out(fake_url, tmp_path, c
     assert cli.main([*base, "--task", "reasoning_gym:chain_sum"]) == 0
     assert cli.main([*base, "--task", "reasoning_gym:basic_arithmetic"]) == 2
     assert "holds a different collection" in capsys.readouterr().err
+
+
+async def test_cancelling_collect_episodes_keeps_what_was_written_and_resumes(client, tmp_path):
+    import anyio
+
+    c, state = client
+    slow = FakeVLLM(tool_call_every_turn=True)
+    with serve_in_thread(slow.app) as root:
+        url = root + "/v1"
+        assert (await c.call_tool("validate_llm", {"llm_url": url})).structured_content
+        slow.behavior.update(delay_s=0.2)
+        args = {
+            "out_dir": "slow",
+            "episodes": 40,
+            "tasks": ["reasoning_gym:chain_sum"],
+            "llm": url,
+            "limits": {"max_turns": 1},
+            "concurrency": 2,
+        }
+        episodes = state.data_dir / "slow" / "episodes.jsonl"
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(c.call_tool, "collect_episodes", args)
+            with anyio.fail_after(60):
+                while not episodes.exists() or episodes.read_bytes().count(b"\n") < 4:  # noqa: ASYNC110
+                    await anyio.sleep(0.05)
+            tg.cancel_scope.cancel()
+        await anyio.sleep(1.0)  # the server finishes cancelling (in-flight writes complete)
+        written = [json.loads(x) for x in episodes.read_text().splitlines()]
+        assert 4 <= len(written) < 40
+        slow.behavior.update(delay_s=0.0)
+        again = await c.call_tool("collect_episodes", args)
+        assert not again.is_error, again.content
+        done = again.structured_content
+    assert done["skipped_done"] >= len(written) and done["totals"]["collected"] == 40
+    ids = [json.loads(x)["episode_id"] for x in episodes.read_text().splitlines()]
+    assert len(ids) == len(set(ids)) == 40

@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import anyio
 import anyio.to_thread
 import orjson
 from pydantic import BaseModel, Field, ValidationError
@@ -550,7 +551,10 @@ class EpisodeStore:
                 self._release()
 
     async def aclose(self) -> None:
-        await anyio.to_thread.run_sync(self.close)
+        """Close in a worker thread; shielded, so a cancelled collection still writes its
+        manifest and releases the directory lock."""
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(self.close)
 
     def __enter__(self) -> EpisodeStore:
         return self
