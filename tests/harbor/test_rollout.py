@@ -288,7 +288,7 @@ async def test_a_dead_verifier_gives_no_reward(tmp_path):
     ("harness", "needs"),
     [
         ("claude", "unknown harness 'claude'"),
-        ("codex", "speaks the responses dialect"),
+        ("codex", "pass a capture proxy"),  # its dialect is served: it needs a proxy
         ("nope.module:Class", "ModuleNotFoundError"),
         ("terminus-2", "pass a capture proxy"),
     ],
