@@ -677,7 +677,7 @@ def test_blocks_without_a_chat_equivalent_are_refused(role: str, block: dict[str
             },
             "messages.1",
         ),
-        ({"messages": [{"role": "system", "content": "x"}]}, "messages.0.role"),
+        ({"messages": [{"role": "tool", "content": "x"}]}, "messages.0.role"),
         ({"tool_choice": {"type": "any"}}, "tool_choice"),
     ],
 )
@@ -969,3 +969,18 @@ def test_session_key_is_x_api_key_then_bearer():
     assert dialect.session_key({"x-api-key": "a", "authorization": "Bearer b"}, {}) == "a"
     assert dialect.session_key({"authorization": "Bearer b"}, {}) == "b"
     assert dialect.session_key({}, {"key": "c"}) is None
+
+
+def test_a_system_message_inside_messages_stays_in_place():
+    """claude-code 2.x sends system reminders as messages of their own."""
+    body = {
+        "max_tokens": 5,
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "system", "content": "Available agent types: ..."},
+            {"role": "user", "content": "go"},
+        ],
+    }
+    chat = dialect.DIALECT.translate(body, None).chat
+    assert [m["role"] for m in chat["messages"]] == ["user", "system", "user"]
+    assert chat["messages"][1]["content"] == "Available agent types: ..."

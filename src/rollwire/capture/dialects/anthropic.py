@@ -471,8 +471,14 @@ def translate(body: dict[str, Any], stream_hint: bool | None = None) -> Translat
                     "reply would not continue it",
                 )
             messages.append(_assistant(message["content"], f"{where}.content"))
+        elif role == "system":
+            # claude-code 2.x sends system reminders as messages of their own: a system
+            # message in place, as the chat template renders it.
+            message_system = _system(message["content"])
+            if message_system is not None:
+                messages.append(message_system)
         else:
-            raise _fail(f"{where}.role", f"must be 'user' or 'assistant', got {role!r}")
+            raise _fail(f"{where}.role", f"must be 'user', 'assistant' or 'system', got {role!r}")
 
     chat: dict[str, Any] = {"messages": messages, "max_tokens": max_tokens}
     if model is not None:

@@ -297,6 +297,14 @@ SEAMS: dict[str, Seam] = {
             "responses",
             base_url_env=("OPENAI_BASE_URL",),
             api_key_env=("OPENAI_API_KEY", "CODEX_API_KEY"),
+            notes=(
+                "measured (tests/harbor/test_real_agents.py): Harbor's install() needs "
+                "raw.githubusercontent.com (nvm) and nodejs.org, unreachable here; `npm install -g "
+                "--prefix` of @openai/codex (0.171.0) inside the sandbox works in ~6 s with "
+                "NODE_EXTRA_CA_CERTS, mounted so ~/.nvm/nvm.sh puts it on PATH; codex then tries "
+                "the Responses WebSocket (proxy: 403), falls back to HTTPS, and the proxy refuses "
+                "its 'namespace' and 'web_search' tool types: 0 calls captured"
+            ),
         ),
         _installed(
             "claude-code",
@@ -305,6 +313,15 @@ SEAMS: dict[str, Seam] = {
             base_url_env=("ANTHROPIC_BASE_URL",),
             api_key_env=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
             base_url_suffix="",  # the Anthropic SDK appends /v1/messages itself
+            notes=(
+                "measured (tests/harbor/test_real_agents.py): Harbor's install() pipes "
+                "downloads.claude.ai's bootstrap.sh into bash, unreachable here; `npm install -g "
+                "--prefix ~/.local` of @anthropic-ai/claude-code (2.1.197) inside the sandbox "
+                "works in ~4 s with NODE_EXTRA_CA_CERTS; run that way (the install mounted where "
+                "Harbor's check looks) it completes count-errors against the fake engine through "
+                "the Anthropic dialect, its calls captured (its system reminders arrive as role "
+                "'system' messages, kept in place). Harbor's own install path does not work here"
+            ),
         ),
         _installed(
             "gemini-cli",

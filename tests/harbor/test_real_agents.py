@@ -1,0 +1,224 @@
+"""Real installed agents (claude-code, codex) in the ``local`` sandbox, through the capture proxy.
+
+What holds here, measured (see the seams' notes):
+
+* Harbor's own installers cannot run: on a glibc sandbox claude-code's ``install()`` pipes
+  ``https://downloads.claude.ai/.../bootstrap.sh`` into bash and codex's installs nvm from
+  ``raw.githubusercontent.com`` and Node from ``nodejs.org``; none of these hosts resolves here
+  (only package registries are reachable). A test asserts exactly that, from inside the sandbox.
+* The npm packages install inside the local sandbox with its network on, in seconds, but not
+  with ``npm install -g`` as Harbor's musl branch writes it: the sandbox's ``/usr`` is the host's,
+  read-only. They go to a prefix under ``$HOME`` instead, with ``NODE_EXTRA_CA_CERTS`` set:
+  ``--prefix`` moves npm's global config to ``<prefix>/etc/npmrc``, so the host's
+  ``/usr/etc/npmrc`` (``cafile=``) is no longer read and the registry's TLS fails
+  (SELF_SIGNED_CERT_IN_CHAIN behind this machine's intercepting proxy).
+* The installed prefix is then bind-mounted into the trial's sandbox where Harbor's
+  install check looks (claude-code: ``~/.local/bin``; codex: ``~/.nvm/nvm.sh``, sourced before
+  ``codex exec``), so Harbor skips its installer and runs the real agent, which reaches the
+  proxy over the host's loopback (the seam turns the sandbox's network on).
+* The model behind the proxy is the fake vLLM, not the reference engine: the reference engine
+  serves SmolLM2-135M with ``n_ctx=4096`` and both agents' first prompt (system prompt + tool
+  manifest) is far larger.
+
+The npm cache lives under ``ROLLWIRE_AGENT_NPM_CACHE`` (default: a per-user temp dir) so a second
+run installs from cache.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from rollwire.capture.proxy import CaptureProxy, ProxyConfig
+from rollwire.capture.rollout import CaptureLevel
+from rollwire.capture.upstream import Upstream
+from rollwire.harnesses.harbor.datasets import resolve_dataset
+from rollwire.harnesses.harbor.rollout import run_harbor_rollout
+from rollwire.harnesses.harbor.seams import SEAMS
+from tests.fakes.serve import serve_in_thread
+from tests.fakes.vllm import DEFAULT_MODEL, FakeVLLM
+from tests.harbor.helpers import EXAMPLES, running
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+TASKS = resolve_dataset(EXAMPLES)
+CA = "/etc/ssl/certs/ca-certificates.crt"
+PACKAGES = {"claude-code": "@anthropic-ai/claude-code", "codex": "@openai/codex"}
+BINARIES = {"claude-code": "claude", "codex": "codex"}
+# The reference engine's context (tests/conftest.py: ReferenceModel(n_ctx=4096)).
+REFERENCE_N_CTX = 4096
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("ROLLWIRE_AGENT_NPM_CACHE") or os.path.join(
+        tempfile.gettempdir(), f"rollwire-agent-npm-{os.getuid()}"
+    )
+    path = Path(root)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+async def _sandbox_exec(tmp_path: Path, command: str, *, mounts=(), limit_s: int = 240):
+    """Run ``command`` in a fresh local sandbox (count-errors' environment), network on."""
+    async with running(
+        tmp_path,
+        EXAMPLES / "count-errors" / "environment",
+        network=True,
+        mounts=[{"type": "bind", **m} for m in mounts],
+    ) as env:
+        return await env.exec(command, timeout_sec=limit_s)
+
+
+async def _npm_install(tmp_path: Path, harness: str) -> Path:
+    """Install the agent's npm package inside a local sandbox (network on) into a host prefix."""
+    cache = _cache_dir()
+    prefix = tmp_path / f"{harness}-prefix"
+    prefix.mkdir()
+    result = await _sandbox_exec(
+        tmp_path / "install",
+        "set -euo pipefail; "
+        f"export npm_config_cache=/cache NODE_EXTRA_CA_CERTS={CA}; "
+        f"npm install -g --prefix /prefix --no-audit --no-fund {PACKAGES[harness]} >&2; "
+        f"/prefix/bin/{BINARIES[harness]} --version",
+        mounts=[
+            {"source": str(cache), "target": "/cache"},
+            {"source": str(prefix), "target": "/prefix"},
+        ],
+    )
+    assert result.return_code == 0, (result.stdout, result.stderr)
+    return prefix
+
+
+@pytest.fixture
+def mounts_reach_harbor(monkeypatch) -> None:
+    """``run_harbor_rollout(environment_kwargs={"mounts": ...})`` is silently dropped: Harbor's
+    factory passes ``mounts=EnvironmentConfig.mounts`` (None) after ``**config.kwargs``. Until
+    rollout.py forwards them, move them to ``EnvironmentConfig.mounts`` here."""
+    from harbor.models.trial.config import EnvironmentConfig
+
+    from rollwire.harnesses.harbor import rollout
+
+    def config(*, kwargs=None, **rest):
+        kwargs = dict(kwargs or {})
+        mounts = kwargs.pop("mounts", None)
+        return EnvironmentConfig(kwargs=kwargs, mounts=mounts, **rest)
+
+    monkeypatch.setattr(rollout, "EnvironmentConfig", config)
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeVLLM]:
+    vllm = FakeVLLM(max_model_len=200_000)
+    with serve_in_thread(vllm.app) as url:
+        vllm.url = url  # type: ignore[attr-defined]
+        yield vllm
+
+
+@pytest.fixture
+async def proxy(fake) -> AsyncIterator[CaptureProxy]:
+    fake.reset()
+    # First call: a tool call (the agent's first tool); after the tool result: plain text, done.
+    fake.behavior.tool_call_every_turn = True
+    upstream = Upstream(fake.url)
+    config = ProxyConfig(llm_url=fake.url, model=DEFAULT_MODEL, capture_level=CaptureLevel.TOKENS)
+    try:
+        yield CaptureProxy(config, upstream=upstream)
+    finally:
+        await upstream.aclose()
+
+
+@pytest.mark.parametrize(
+    ("harness", "command", "unreachable"),
+    [
+        (
+            "claude-code",
+            "curl -fsSL https://downloads.claude.ai/claude-code-releases/bootstrap.sh | bash -s --",
+            "downloads.claude.ai",
+        ),
+        (
+            "codex",
+            "curl -o- https://raw.githubusercontent.com/nvm-sh/nvm/v0.40.2/install.sh | bash",
+            "raw.githubusercontent.com",
+        ),
+    ],
+)
+async def test_harbors_own_installer_cannot_reach_its_host(harness, command, unreachable, tmp_path):
+    """Harbor's install() for a glibc image (the local sandbox is Debian's /usr), verbatim."""
+    import inspect
+
+    from rollwire.harnesses.harbor.seams import import_agent_class
+
+    cls = import_agent_class(SEAMS[harness].harbor_class)
+    assert unreachable in inspect.getsource(cls.install)  # still what Harbor runs
+    result = await _sandbox_exec(tmp_path, f"set -euo pipefail; {command}")
+    assert result.return_code == 6  # curl: could not resolve host
+    assert f"Could not resolve host: {unreachable}" in (result.stderr or "")
+
+
+async def test_npm_install_g_into_the_hosts_usr_fails(tmp_path):
+    """Harbor's other branch (``npm install -g``) writes under the host's read-only /usr."""
+    result = await _sandbox_exec(
+        tmp_path,
+        f"NODE_EXTRA_CA_CERTS={CA} npm install -g --no-audit --no-fund @openai/codex",
+    )
+    assert result.return_code != 0
+    assert "/usr/lib/node_modules" in (result.stdout or "") + (result.stderr or "")
+
+
+async def _run_agent(harness: str, proxy: CaptureProxy, tmp_path: Path):
+    """npm-install the agent in a sandbox, mount it where Harbor's install check looks, run
+    count-errors once through the proxy."""
+    prefix = await _npm_install(tmp_path, harness)
+    if harness == "claude-code":
+        mounts = [{"type": "bind", "source": str(prefix), "target": "/root/.local"}]
+    else:  # codex: Harbor sources ~/.nvm/nvm.sh before its check and before `codex exec`
+        nvm = tmp_path / "nvm"
+        nvm.mkdir()
+        (nvm / "nvm.sh").write_text('export PATH="/opt/agent/bin:$PATH"\n')
+        mounts = [
+            {"type": "bind", "source": str(prefix), "target": "/opt/agent"},
+            {"type": "bind", "source": str(nvm), "target": "/root/.nvm"},
+        ]
+    return await run_harbor_rollout(
+        TASKS.task("count-errors"),
+        harness=harness,
+        proxy=proxy,
+        trials_dir=tmp_path / "trials",
+        agent_timeout_sec=90,
+        environment_kwargs={"mounts": mounts},
+    )
+
+
+async def test_claude_code_runs_through_the_anthropic_dialect_and_its_turns_link(
+    proxy, fake, mounts_reach_harbor, tmp_path
+):
+    """claude-code (npm, 2.1.x) installs and runs count-errors against the fake engine through
+    the proxy's Anthropic dialect (its system reminders arrive as ``{"role": "system"}``
+    messages, kept in place); every call is captured in the anthropic dialect."""
+    out = await _run_agent("claude-code", proxy, tmp_path)
+    result = out.result
+    assert '"claude_code_version"' in (out.agent_log_tail or "")  # the real agent ran
+    assert fake.stats["ok"] >= 1 and result.n_turns >= 1, result.error
+    doc = out.document
+    assert doc is not None and {t.dialect for t in doc.turns} == {"anthropic"}
+    assert doc.stats.roots == 1 and doc.stats.trainable_sequences >= 1
+
+
+async def test_codex_runs_and_the_proxy_refuses_its_tool_types(
+    proxy, fake, mounts_reach_harbor, tmp_path
+):
+    """codex (npm, 0.17x) installs and starts; it tries the Responses WebSocket first (the proxy
+    answers 403; codex falls back to HTTPS after 5 tries), then its /v1/responses call declares
+    ``namespace`` and ``web_search`` tools, which rollwire's Responses dialect refuses, so nothing
+    is captured. When the dialect accepts them, this test fails: assert the linked turns then."""
+    out = await _run_agent("codex", proxy, tmp_path)
+    result = out.result
+    assert not result.ok and result.n_turns == 0
+    log = out.agent_log_tail or ""
+    assert "Falling back from WebSockets to HTTPS transport" in log
+    assert "tool type(s) namespace, web_search are not supported by the rollwire proxy" in log
+    assert fake.stats["ok"] == 0
