@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import logging
 import math
 import threading
 from collections.abc import Callable, Sequence
@@ -41,6 +42,8 @@ from typing import Any
 import anyio
 import anyio.abc
 import anyio.from_thread
+
+log = logging.getLogger("rollwire.trl")
 
 REQUIRED_KEYS = ("prompt_ids", "completion_ids", "logprobs")
 EXTRA_KEYS = ("env_mask", "reward", "rewards", "ok", "rollout_id", "sequences_total", "seed")
@@ -147,7 +150,10 @@ class RolloutClient(AbstractContextManager["RolloutClient"]):
         from mcp.client.streamable_http import streamable_http_client
 
         self._stop = anyio.Event()
-        async with httpx2.AsyncClient(headers=self.headers, timeout=self.timeout) as http:
+        # No read timeout on the transport: a rollout's own limit is `timeout` (fail_after per
+        # call), and the session's notification stream may stay quiet for long.
+        timeouts = httpx2.Timeout(30.0, read=None)
+        async with httpx2.AsyncClient(headers=self.headers, timeout=timeouts) as http:
             transport = streamable_http_client(self.server_url, http_client=http)
             async with Client(transport, read_timeout_seconds=self.timeout) as client:
                 self._client = client
@@ -209,7 +215,10 @@ class RolloutClient(AbstractContextManager["RolloutClient"]):
         try:
             if self._stop is not None:
                 self._portal.call(self._stop.set)
-                self._owner.result(timeout=30)
+                try:
+                    self._owner.result(timeout=30)
+                except Exception as exc:  # tearing the session down must not fail the trainer
+                    log.warning("closing the MCP session to %s: %s", self.server_url, exc)
         finally:
             self._portal_cm.__exit__(None, None, None)
 
