@@ -6,8 +6,8 @@ re-render (or drop) earlier tool calls. The cure is to build call k+1's prompt a
 ``P_k + S_k' + X``:
 
 - ``P_k``, ``S_k``: call k's prompt and sampled ids, exactly as the engine saw and produced them;
-  ``S_k'`` ends at the model's turn-close token (synthesised, and then listed, when call k was
-  cut by the length cap);
+  ``S_k'`` ends at the model's turn-close token (synthesised, and then listed, when call k did
+  not end with it: cut by the length cap, or stopped on a stop string or another end token);
 - ``X``: the engine's own rendering of what is new (tool results, a user message, the
   generation prompt), cut from a full render at the N-th turn-close token, where N is the
   number of closes in the render of the history up to call k's reply. Counting closes, not
@@ -211,11 +211,10 @@ def splice(
     prompt, sampled = list(parent.prompt_ids), list(parent.sampled_ids)
     synthesized: list[int] = []
     if not sampled or sampled[-1] != close_id:
-        if parent.finish_reason == "length":
-            synthesized = [len(prompt) + len(sampled)]
-            sampled = [*sampled, close_id]
-        else:
-            raise Fallback("no_turn_close", f"call {parent.node_id} did not end with a close")
+        # Cut by the length cap, or ended on a stop string or another end token: the template
+        # closes the turn, so the close is synthesised (a prompt position of the child, masked).
+        synthesized = [len(prompt) + len(sampled)]
+        sampled = [*sampled, close_id]
     carried = prompt + sampled
     n = history.count(close_id)
     if carried.count(close_id) != n:
