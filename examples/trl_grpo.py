@@ -184,11 +184,10 @@ def check(args: argparse.Namespace) -> int:
 
 
 def train(args: argparse.Namespace) -> int:
+    import datasets
     import torch
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
-
-    import datasets
 
     if not args.model:
         say("--model is required for training (or pass --check)")

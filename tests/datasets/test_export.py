@@ -6,10 +6,10 @@ import json
 import subprocess
 import sys
 
+import datasets
 import pyarrow.parquet as pq
 import pytest
 
-import datasets
 from rollwire.datasets.export import (
     COLUMNS,
     ExportError,

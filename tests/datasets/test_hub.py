@@ -6,11 +6,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 
+import datasets
 import huggingface_hub
 import pytest
 import yaml
 
-import datasets
 from rollwire.datasets import hub
 from rollwire.datasets.export import COLUMNS
 from rollwire.datasets.hub import (

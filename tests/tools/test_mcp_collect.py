@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Iterator
 
+import datasets
 import pytest
 from mcp import Client
 
-import datasets
 from rollwire.server import cli
 from rollwire.server.mcp_app import ServerState, build_server
 from tests.datasets.fake_hub import FakeHub
