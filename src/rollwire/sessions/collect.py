@@ -20,7 +20,7 @@ import dataclasses
 import fnmatch
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,9 +107,14 @@ class Work:
 
 
 def work_list(config: CollectConfig, harbor: set[str]) -> list[Work]:
-    """The collection's episodes, in order (a new list each call: never an exhausted iterator).
+    """The collection's episodes, in order, as a list (a new one each call)."""
+    return list(iter_work(config, harbor))
+
+
+def iter_work(config: CollectConfig, harbor: set[str]) -> Iterator[Work]:
+    """The collection's episodes, in order, made one at a time (a new generator each call:
+    never an exhausted iterator, and no memory per planned episode).
     ``harbor``: the task refs that take no task seed (Harbor tasks)."""
-    out: list[Work] = []
     n_tasks = len(config.tasks)
     for k in range(config.episodes):
         g, j = divmod(k, config.group_size)
@@ -118,19 +123,16 @@ def work_list(config: CollectConfig, harbor: set[str]) -> list[Work]:
         sample_index = group_no * config.group_size + j
         seed = None if task in harbor else config.seed + group_no
         eid = episode_id(task, sample_index, seed)
-        out.append(
-            Work(
-                index=k,
-                task=task,
-                sample_index=sample_index,
-                seed=seed,
-                # distinct per episode and reproducible: derived from its id
-                sampling_seed=int(eid[:8], 16),
-                group_id=group_id(task, group_no, seed),
-                episode_id=eid,
-            )
+        yield Work(
+            index=k,
+            task=task,
+            sample_index=sample_index,
+            seed=seed,
+            # distinct per episode and reproducible: derived from its id
+            sampling_seed=int(eid[:8], 16),
+            group_id=group_id(task, group_no, seed),
+            episode_id=eid,
         )
-    return out
 
 
 class CollectProgress(BaseModel):
@@ -266,20 +268,15 @@ async def _run(
     tier: str | None,
 ) -> CollectResult:
     harbor = {t for t, p in plans.items() if isinstance(p.ref, HarborRef)}
-    todo: list[Work] = []
-    skipped = 0
-    for work in work_list(config, harbor):
-        if store.is_settled(work.episode_id):
-            skipped += 1
-        else:
-            todo.append(work)
+    skipped = sum(store.is_settled(w.episode_id) for w in iter_work(config, harbor))
     if skipped:
         store.note_skipped(skipped)
+    # Made lazily and shared by `concurrency` workers: memory does not grow with the plan.
+    todo = (w for w in iter_work(config, harbor) if not store.is_settled(w.episode_id))
     progress = CollectProgress(total=config.episodes, done=skipped, skipped_done=skipped)
     written: list[str] = []
     rewards = RunningStats()
     tokens = 0
-    limiter = anyio.CapacityLimiter(config.concurrency)
     ran = 0
 
     async def report() -> None:
@@ -293,31 +290,34 @@ async def _run(
             if maybe is not None:
                 await maybe
 
+    async def worker() -> None:
+        for work in todo:  # next() never awaits, so the workers share the generator safely
+            await one(work)
+
     async def one(work: Work) -> None:
         nonlocal ran, tokens
-        async with limiter:
-            p = plans[work.task]
-            request = RolloutRequest(
-                task=work.task,
-                harness=config.harness,
-                sandbox=config.sandbox,
-                llm=config.llm,
-                sampling=config.sampling.model_copy(update={"seed": work.sampling_seed})
-                if p.needs_llm
-                else config.sampling,
-                limits=config.limits,
-                seed=work.seed,
-                task_config=config.task_config,
-                reward_key=config.reward_key,
-                include_tokens=True,
-            )
-            sampling_seed = work.sampling_seed if p.needs_llm else None
-            episode_plan = dataclasses.replace(
-                p,
-                seed=sampling_seed if work.task in harbor else work.seed,
-                sampling_seed=sampling_seed,
-            )
-            result, _ = await attempt(request, episode_plan, work.episode_id, pool)
+        p = plans[work.task]
+        request = RolloutRequest(
+            task=work.task,
+            harness=config.harness,
+            sandbox=config.sandbox,
+            llm=config.llm,
+            sampling=config.sampling.model_copy(update={"seed": work.sampling_seed})
+            if p.needs_llm
+            else config.sampling,
+            limits=config.limits,
+            seed=work.seed,
+            task_config=config.task_config,
+            reward_key=config.reward_key,
+            include_tokens=True,
+        )
+        sampling_seed = work.sampling_seed if p.needs_llm else None
+        episode_plan = dataclasses.replace(
+            p,
+            seed=sampling_seed if work.task in harbor else work.seed,
+            sampling_seed=sampling_seed,
+        )
+        result, _ = await attempt(request, episode_plan, work.episode_id, pool)
         ran += 1
         if not result.ok:
             progress.failed += 1
@@ -354,8 +354,8 @@ async def _run(
     try:
         await report()
         async with anyio.create_task_group() as tg:
-            for work in todo:
-                tg.start_soon(one, work)
+            for _ in range(config.concurrency):
+                tg.start_soon(worker)
     except anyio.get_cancelled_exc_class():
         cancelled = True
         raise
