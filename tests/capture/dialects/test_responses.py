@@ -305,7 +305,7 @@ def test_non_text_parts_of_system_developer_and_tool_messages_are_kept():
     [
         ({"previous_response_id": "resp_1"}, "previous_response_id", "stateless"),
         ({"conversation": "conv_1"}, "conversation", "stateless"),
-        ({"tools": [{"type": "web_search"}, WEATHER]}, "tools", "web_search"),
+        ({"tools": [{"type": "local_shell"}, WEATHER]}, "tools", "local_shell"),
         ({"tools": [{"type": "local_shell"}]}, "tools", "local_shell"),
         (
             {"tool_choice": {"type": "web_search_preview"}, "tools": [WEATHER]},
@@ -596,8 +596,8 @@ def test_refusals_and_counts_are_answered_in_the_openai_shape_and_never_recorded
         client.responses.create(model="m", input="hi", previous_response_id="resp_1")
     assert info.value.body["param"] == "previous_response_id"
     with pytest.raises(openai.BadRequestError) as info:
-        client.responses.create(model="m", input="hi", tools=[{"type": "web_search"}])
-    assert "web_search" in info.value.message
+        client.responses.create(model="m", input="hi", tools=[{"type": "local_shell"}])
+    assert "local_shell" in info.value.message
     counted = client.responses.input_tokens.count(
         model="m", input="hello there", instructions="be brief"
     )
@@ -617,3 +617,26 @@ def test_requested_logprobs_come_back_on_the_output_text(proxy: Proxy):
     logprobs = r.output[0].content[0].logprobs
     assert [lp.logprob for lp in logprobs] == pytest.approx(turn["logprobs"])
     assert all(len(lp.top_logprobs) == 2 for lp in logprobs)
+
+
+def test_codex_namespace_tools_are_flattened_and_web_search_is_dropped_with_a_note():
+    """codex 0.17x declares its multi-agent tools in a namespace and web_search by default."""
+    body = {
+        "input": "hi",
+        "tools": [
+            WEATHER,
+            {
+                "type": "namespace",
+                "name": "multi_agent_v1",
+                "description": "sub-agents",
+                "tools": [
+                    {"type": "function", "name": "close_agent", "parameters": {"type": "object"}}
+                ],
+            },
+            {"type": "web_search", "external_web_access": True},
+        ],
+    }
+    translated = translate(body, None)
+    names = [t["function"]["name"] for t in translated.chat["tools"]]
+    assert names == [WEATHER["name"], "close_agent"]
+    assert any("web_search" in n for n in translated.context["notes"])

@@ -29,8 +29,10 @@ Translation table (request → chat):
     ciphertext) is dropped, and the reason is kept in ``context["notes"]``.
   - any other item type (built-in tool calls, ``item_reference``, ...) → refused.
 
-- ``tools``: ``function`` tools → chat function tools. Every other tool type (``web_search``,
-  ``local_shell``, ``shell``, ``custom``, ``mcp``, ``namespace``, ...) is refused: the engine
+- ``tools``: ``function`` tools → chat function tools; a ``namespace`` of function tools
+  (codex's multi-agent tools) → its function tools under their own names; ``web_search`` →
+  dropped with a note (the engine cannot search; codex declares it by default). Every other
+  tool type (``local_shell``, ``shell``, ``custom``, ``mcp``, ...) is refused: the engine
   cannot run a hosted tool, and a shell call replayed as a function call (or the reverse)
   changes the tokens of the next turn. A reply's tool call is always a ``function_call`` item,
   whatever its name: no shell call is ever invented.
@@ -362,16 +364,46 @@ class _Messages:
         self._close()
 
 
-def _chat_tools(tools: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(chat tools, the tools as the response echoes them); non-function tools are refused."""
+# Hosted tools the engine cannot run and that carry no schema the model would see rendered:
+# dropped from the request, with a note (codex declares web_search by default).
+_DROPPED_HOSTED_TOOLS = frozenset({"web_search", "web_search_preview"})
+
+
+def _flatten(tools: list[Any]) -> list[Any]:
+    """A ``namespace`` tool groups function tools (codex's multi-agent tools): its function
+    tools are declared as they are, under their own names."""
+    out: list[Any] = []
+    for tool in tools:
+        if isinstance(tool, Mapping) and tool.get("type") == "namespace":
+            inner = tool.get("tools")
+            if not isinstance(inner, list) or not all(
+                isinstance(t, Mapping) and t.get("type") == "function" for t in inner
+            ):
+                out.append(tool)  # refused below, by type
+                continue
+            out.extend(inner)
+        else:
+            out.append(tool)
+    return out
+
+
+def _chat_tools(
+    tools: Any, notes: list[str] | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(chat tools, the tools as the response echoes them). Namespaces are flattened to their
+    function tools; ``web_search`` is dropped with a note; other tool types are refused."""
     if tools is None:
         return [], []
     if not isinstance(tools, list):
         raise DialectError("'tools' must be a list", param="tools")
     unsupported = []
     chat_tools, echo = [], []
-    for i, tool in enumerate(tools):
+    for i, tool in enumerate(_flatten(tools)):
         kind = tool.get("type") if isinstance(tool, Mapping) else None
+        if kind in _DROPPED_HOSTED_TOOLS:
+            if notes is not None:
+                notes.append(f"hosted tool {kind!r} dropped: the engine cannot run it")
+            continue
         if kind != "function":
             unsupported.append(str(kind))
             continue
@@ -495,7 +527,7 @@ def translate(body: dict[str, Any], stream_hint: bool | None = None) -> Translat
     chat: dict[str, Any] = {"messages": built.messages}
     if isinstance(body.get("model"), str):
         chat["model"] = body["model"]
-    tools, tools_echo = _chat_tools(body.get("tools"))
+    tools, tools_echo = _chat_tools(body.get("tools"), built.notes)
     choice = _chat_tool_choice(body.get("tool_choice"))
     if tools:
         chat["tools"] = tools

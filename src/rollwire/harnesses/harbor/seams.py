@@ -302,8 +302,9 @@ SEAMS: dict[str, Seam] = {
                 "raw.githubusercontent.com (nvm) and nodejs.org, unreachable here; `npm install -g "
                 "--prefix` of @openai/codex (0.171.0) inside the sandbox works in ~6 s with "
                 "NODE_EXTRA_CA_CERTS, mounted so ~/.nvm/nvm.sh puts it on PATH; codex then tries "
-                "the Responses WebSocket (proxy: 403), falls back to HTTPS, and the proxy refuses "
-                "its 'namespace' and 'web_search' tool types: 0 calls captured"
+                "the Responses WebSocket (proxy: 403), falls back to HTTPS and runs count-errors "
+                "against the fake engine through the Responses dialect (its namespace tools "
+                "flattened, web_search dropped): 2 calls captured, one linked sequence"
             ),
         ),
         _installed(
