@@ -20,6 +20,7 @@ Everything here is pure: :func:`plan_call` decides (parent or fallback with a re
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -123,6 +124,35 @@ class CallMemory:
     sampled_ids: list[int]
     finish_reason: str | None
     close_id: int | None  # the turn-close token this call ended with, if it ended by itself
+    # history_key per reasoning mode, made once: a session's later calls compare against it.
+    _keys: dict[bool, bytes] = field(default_factory=dict, repr=False, compare=False)
+
+    def history_key(self, with_reasoning: bool) -> bytes:
+        """The key of this call's history (its messages and its reply), see prefix_keys."""
+        key = self._keys.get(with_reasoning)
+        if key is None:
+            history = [*self.messages, self.reply]
+            key = prefix_keys(history, with_reasoning=with_reasoning)[-1]
+            self._keys[with_reasoning] = key
+        return key
+
+
+def prefix_keys(messages: Sequence[Mapping[str, Any]], *, with_reasoning: bool) -> list[bytes]:
+    """``keys[i]`` identifies ``messages[: i + 1]`` as the model sees them (normalised): equal
+    keys, equal histories. One pass, so matching a request against every earlier call of a
+    session costs one key comparison per call instead of re-normalising each history."""
+    digest = hashlib.sha256()
+    keys = []
+    for message in messages:
+        digest.update(
+            orjson.dumps(
+                normalise_message(message, with_reasoning=with_reasoning),
+                option=orjson.OPT_SORT_KEYS,
+            )
+        )
+        digest.update(b"\n")
+        keys.append(digest.copy().digest())
+    return keys
 
 
 @dataclass
@@ -154,19 +184,16 @@ def plan_call(
         raise Fallback("multimodal", "non-text content is always rendered")
     header = header_key(body)
     with_reasoning = reasoning == "fork"
-    wanted = [normalise_message(m, with_reasoning=with_reasoning) for m in messages]
+    wanted = prefix_keys(messages, with_reasoning=with_reasoning)
+    plain = prefix_keys(messages, with_reasoning=False) if with_reasoning else wanted
     best: Parent | None = None
     near: str | None = None
     for memory in memories:
-        history = [*memory.messages, memory.reply]
-        size = len(history)
+        size = len(memory.messages) + 1
         if size >= len(messages):
             continue
-        seen = [normalise_message(m, with_reasoning=with_reasoning) for m in history]
-        if seen != wanted[:size]:
-            if with_reasoning and [normalise_message(m, with_reasoning=False) for m in history] == [
-                normalise_message(m, with_reasoning=False) for m in messages[:size]
-            ]:
+        if memory.history_key(with_reasoning) != wanted[size - 1]:
+            if with_reasoning and memory.history_key(False) == plain[size - 1]:
                 near = near or "reasoning_stripped"
             continue
         tail = [m.get("role") for m in messages[size:]]
