@@ -20,6 +20,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from rollwire.capture.export import Role, RolloutDocument, RolloutStats
 from rollwire.capture.findings import Finding, fatal
+from rollwire.datasets.records import SequenceRow
 from rollwire.sessions.result import RolloutResult
 from rollwire.tools.endpoint import EndpointNotUsable, EndpointPool
 from rollwire.tools.tasks import (
@@ -48,15 +49,10 @@ class RolloutArgumentError(ValueError):
     """An argument that cannot become a rollout; the message starts with the field name."""
 
 
-class TokenSequence(BaseModel):
-    """One trainable-data sequence (root-to-leaf path), position-aligned."""
+class TokenSequence(SequenceRow):
+    """One trainable-data sequence (root-to-leaf path), position-aligned, with where its
+    prompt ends and its turns are."""
 
-    sequence_id: str
-    role: Role
-    trainable: bool
-    input_ids: list[int]
-    loss_mask: list[int]
-    logprobs: list[float]
     prompt_len: int = Field(
         description="positions before the first sampled token: the first turn's prompt"
     )

@@ -512,10 +512,9 @@ def _codex_turn(client: openai.OpenAI, items: list[dict[str, Any]], **kw) -> Any
     return events[-1].response
 
 
-def test_codex_style_tool_conversation_is_one_trainable_sequence(proxy: Proxy):
-    proxy.upstream.fake.behavior.tool_call_every_turn = True
-    sid = proxy.open_session()
-    client = proxy.client(sid)
+def codex_conversation(client: openai.OpenAI) -> list[list[str]]:
+    """Two questions the way codex asks them (each tool call answered, then the next
+    question); the output item types of every response."""
     items: list[dict[str, Any]] = [{"role": "user", "content": "weather in two cities?"}]
     kinds = []
     for question in ("and tomorrow?", None):
@@ -532,6 +531,13 @@ def test_codex_style_tool_conversation_is_one_trainable_sequence(proxy: Proxy):
                 )
         if question:
             items.append({"role": "user", "content": question})
+    return kinds
+
+
+def test_codex_style_tool_conversation_is_one_trainable_sequence(proxy: Proxy):
+    proxy.upstream.fake.behavior.tool_call_every_turn = True
+    sid = proxy.open_session()
+    kinds = codex_conversation(proxy.client(sid))
     assert kinds == [["function_call"], ["message"], ["function_call"], ["message"]]
     doc = proxy.rollout(sid)
     stats = doc["stats"]

@@ -3,6 +3,7 @@ speaks) and the dialects translated to it, one module each (see :mod:`.base`).""
 
 from __future__ import annotations
 
+import functools
 import importlib
 
 from rollwire.capture.dialects.base import Dialect
@@ -15,8 +16,9 @@ DIALECT_MODULES: dict[str, str] = {
 }
 
 
-def load_dialects() -> list[Dialect]:
-    """Every dialect whose module exists, in table order."""
+@functools.cache
+def load_dialects() -> tuple[Dialect, ...]:
+    """Every dialect whose module exists, in table order (looked up once per process)."""
     found = []
     for module in DIALECT_MODULES.values():
         try:
@@ -24,4 +26,4 @@ def load_dialects() -> list[Dialect]:
         except ModuleNotFoundError as exc:
             if exc.name != module:
                 raise
-    return found
+    return tuple(found)
