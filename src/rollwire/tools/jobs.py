@@ -171,5 +171,7 @@ class JobRegistry:
 
     def _forget_old(self) -> None:
         excess = len(self._jobs) - self.capacity
+        if excess <= 0:  # the common case: no scan of every kept job on every rollout
+            return
         for rollout_id in [k for k, j in self._jobs.items() if j.status != "running"][:excess]:
             del self._jobs[rollout_id]
