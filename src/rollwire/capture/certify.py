@@ -23,6 +23,7 @@ from rollwire.capture.dialects.chat import NO_OP_SAMPLING
 from rollwire.capture.findings import Finding, fatal, has_fatal, info, warn
 from rollwire.capture.ingest import check_logprobs
 from rollwire.capture.rollout import CaptureLevel
+from rollwire.capture.token_paths import PATH_ORDER, PATHS, Parsers, normalise_reply
 from rollwire.capture.upstream import Upstream, UpstreamError
 
 PROBE_MESSAGES = [{"role": "user", "content": "Name one colour of the sky."}]
@@ -82,6 +83,12 @@ class Certification(BaseModel):
         "prompt_token_ids, echoed back): token-in continuation can splice",
     )
     token_in_reason: str | None = None
+    token_in_paths: list[str] = Field(
+        default_factory=list,
+        description="the ways this engine takes a token prompt, best first "
+        "(rollwire.capture.token_paths: vllm_chat, sglang_chat, completions); the proxy uses "
+        "the first unless told otherwise",
+    )
     close_token_id: int | None = Field(
         default=None, description="the token the model ends its turn with (seen at a stop)"
     )
@@ -119,7 +126,8 @@ class _Prober:
             for fix in self.fixes:
                 body.pop(fix.param, None)
             try:
-                return await self.upstream.request_json("POST", "/chat/completions", body)
+                reply = await self.upstream.request_json("POST", "/chat/completions", body)
+                return normalise_reply(reply)
             except UpstreamError as exc:
                 if exc.kind != "http" or exc.status not in (400, 422):
                     raise
@@ -140,6 +148,9 @@ def _probe_body(model: str, temperature: float) -> dict[str, Any]:
         "logprobs": True,
         "top_logprobs": 5,
         "return_token_ids": True,
+        # SGLang's names (vLLM ignores them): prompt ids on the choice, sampled logprobs by id
+        "return_prompt_token_ids": True,
+        "return_meta_info": True,
         **NO_OP_SAMPLING,
     }
 
@@ -318,13 +329,14 @@ async def _certify(upstream: Upstream, model: str | None, probe_tools: bool) -> 
         cert.tool_calls, tool_findings = await _probe_tools(prober, cert.model)
         cert.findings.extend(tool_findings)
     if cert.capture_level is CaptureLevel.TOKENS:
-        cert.token_in, cert.token_in_reason = await _probe_token_in(prober, cert.model)
+        cert.token_in_paths, cert.token_in_reason = await _probe_token_in(prober, cert.model)
+        cert.token_in = bool(cert.token_in_paths)
         if cert.token_in:
             cert.close_token_id = await _probe_close_token(prober, cert.model)
         level = "INFO" if cert.token_in else "WARN"
         message = (
-            "token-in continuation: the engine takes a token prompt (kv_transfer_params."
-            "prompt_token_ids): conversations stay one training sequence"
+            f"token-in continuation: the engine takes a token prompt by {cert.token_in_paths} "
+            f"(using {cert.token_in_paths[0]}): conversations stay one training sequence"
             if cert.token_in
             else f"no token-in continuation ({cert.token_in_reason}): turns link by exact "
             "token prefix and a re-tokenised reply starts a new sequence"
@@ -343,9 +355,11 @@ async def _certify(upstream: Upstream, model: str | None, probe_tools: bool) -> 
     return cert
 
 
-async def _probe_token_in(prober: _Prober, model: str) -> tuple[bool, str | None]:
-    """Does the engine use a token prompt sent with a chat request? Send the ids of one
-    conversation with the messages of another: an engine that uses the ids echoes them."""
+async def _probe_token_in(prober: _Prober, model: str) -> tuple[list[str], str | None]:
+    """Which token-in paths does the engine honour? Each is sent the ids of one conversation
+    with the messages of another: a path the engine uses echoes exactly those ids (and, on
+    completions, samples after them). Returns the paths that work, best first, and why the
+    others did not."""
     asked = [{"role": "user", "content": "Say yes."}]
     other = [{"role": "user", "content": "Say no, please."}]
     try:
@@ -353,26 +367,39 @@ async def _probe_token_in(prober: _Prober, model: str) -> tuple[bool, str | None
             {"model": model, "messages": other, "add_generation_prompt": True}
         )
     except UpstreamError as exc:
-        return False, f"no /tokenize: {exc.message}"
-    body = {
+        return [], f"no /tokenize: {exc.message}"
+    chat_body = {
         "model": model,
         "messages": asked,
         "max_tokens": 1,
         "temperature": 0,
+        "logprobs": True,
+        "top_logprobs": 0,
         "return_token_ids": True,
-        "kv_transfer_params": {"prompt_token_ids": ids},
     }
-    try:
-        reply = await prober.chat(body)
-    except UpstreamError as exc:
-        return False, f"a chat with a token prompt failed: {exc.message}"
-    echoed = reply.get("prompt_token_ids") if isinstance(reply, dict) else None
-    if echoed == ids:
-        return True, None
-    return (
-        False,
-        "the engine ignored kv_transfer_params.prompt_token_ids (it rendered the messages)",
-    )
+    works: list[str] = []
+    why: list[str] = []
+    for name in PATH_ORDER:
+        path = PATHS[name]
+        body = path.request(chat_body, list(ids), None)
+        for fix in prober.fixes:
+            if fix.param not in ("kv_transfer_params", "input_ids", "prompt"):
+                body.pop(fix.param, None)
+        try:
+            reply = await prober.upstream.request_json("POST", path.route, body)
+        except UpstreamError as exc:
+            why.append(f"{name}: {exc.message}")
+            continue
+        if path.echoed(reply) != ids:
+            why.append(f"{name}: the engine ignored the token prompt (it echoed other ids)")
+            continue
+        sampled = path.to_chat(reply, chat_body, Parsers())
+        choice = (sampled.get("choices") or [None])[0] if isinstance(sampled, dict) else None
+        if not isinstance(choice, dict) or not isinstance(choice.get("token_ids"), list):
+            why.append(f"{name}: no sampled token ids came back")
+            continue
+        works.append(name)
+    return works, None if works else "; ".join(why)
 
 
 async def _probe_close_token(prober: _Prober, model: str) -> int | None:
@@ -408,6 +435,7 @@ def render_table(cert: Certification) -> str:
         "gap T1/T0.5",
         "tool calls",
         "param fixes",
+        "token-in",
         "verdict",
     ]
     row = [
@@ -419,6 +447,7 @@ def render_table(cert: Certification) -> str:
         f"{cert.gap_ratio:.3f}" if cert.gap_ratio is not None else "-",
         cert.tool_calls,
         ", ".join(f"drop {f.param}" for f in cert.param_fixes) or "none",
+        ",".join(cert.token_in_paths) or "no",
         cert.verdict.value,
     ]
     widths = [max(len(h), len(v)) for h, v in zip(header, row, strict=True)]

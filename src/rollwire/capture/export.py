@@ -82,6 +82,7 @@ class TurnRecord(BaseModel):
     constrained_positions: list[int] = Field(default_factory=list)
     # Token-in continuation (see rollwire.capture.splice): how the prompt was built.
     token_in_mode: str = "rendered"
+    token_in_path: str | None = None
     parent_call_id: str | None = None
     carried_len: int | None = None
     synthesized_positions: list[int] = Field(default_factory=list)
@@ -432,6 +433,7 @@ def _record(
         if turn.certain is not None
         else [],
         token_in_mode=turn.token_in_mode,
+        token_in_path=turn.token_in_path,
         parent_call_id=turn.parent_call_id,
         carried_len=turn.carried_len,
         synthesized_positions=list(turn.synthesized),

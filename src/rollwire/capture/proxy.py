@@ -38,6 +38,7 @@ from rollwire.capture.splice import (
     splice,
 )
 from rollwire.capture.splice import Mode as TokenInMode
+from rollwire.capture.token_paths import PATHS, Parsers, TokenPath, normalise_reply
 from rollwire.capture.upstream import Upstream, UpstreamError
 
 log = logging.getLogger("rollwire.proxy")
@@ -69,15 +70,28 @@ class ProxyConfig:
     # The model's turn-close token, when certification saw one (else learnt from the first
     # call of a session that ends by itself).
     close_token_id: int | None = None
+    # How a token prompt reaches the engine (rollwire.capture.token_paths.PATHS): the best path
+    # certification found; None with token_in on means vllm_chat.
+    token_in_path: str | None = None
+    # The engine's tool and reasoning parsers, for the completions path (which parses in the
+    # proxy); named as vLLM's --tool-call-parser / --reasoning-parser.
+    tool_parser: str = "hermes"
+    reasoning_parser: str = "none"
 
 
 def certified_config(llm_url: str, cert: Certification, **settings: Any) -> ProxyConfig:
     """The configuration a certification earned: its resolved model, tier and parameter fixes,
     and token-in continuation when the engine takes a token prompt at the tokens tier."""
     token_in = settings.pop("token_in", "auto")
+    path = settings.pop("token_in_path", None)
     if token_in == "required" and not cert.token_in:
         raise ValueError(
             f"token_in=required, but {llm_url} does not take a token prompt ({cert.token_in_reason})"
+        )
+    if path is not None and path not in cert.token_in_paths:
+        raise ValueError(
+            f"token_in_path={path!r}, but {llm_url} takes a token prompt only by "
+            f"{cert.token_in_paths or 'no path'} ({cert.token_in_reason or 'certified'})"
         )
     if not cert.token_in or cert.capture_level is not CaptureLevel.TOKENS:
         token_in = "off"
@@ -88,8 +102,18 @@ def certified_config(llm_url: str, cert: Certification, **settings: Any) -> Prox
         param_fixes=tuple(f.param for f in cert.param_fixes),
         token_in=token_in,
         close_token_id=cert.close_token_id,
+        token_in_path=path or (cert.token_in_paths[0] if cert.token_in_paths else None),
         **settings,
     )
+
+
+@dataclass(frozen=True)
+class _TokenSend:
+    """A spliced call on its way: the path, the prompt ids and the request body."""
+
+    path: TokenPath
+    ids: list[int]
+    body: dict[str, Any]
 
 
 def json_response(data: Any, status: int = 200) -> Response:
@@ -220,6 +244,12 @@ class CaptureProxy:
         self._upstream = upstream
         self._owns_upstream = upstream is None
         self._model: str | None = None
+        self._max_model_len: int | None = None
+        self.parsers = Parsers(config.tool_parser, config.reasoning_parser)
+        name = config.token_in_path or "vllm_chat"
+        if name not in PATHS:
+            raise ValueError(f"unknown token_in_path {name!r}; known: {sorted(PATHS)}")
+        self.token_path: TokenPath | None = PATHS[name] if config.token_in != "off" else None
         self.instance_id = secrets.token_hex(8)
         self.app = Starlette(
             routes=[
@@ -269,6 +299,18 @@ class CaptureProxy:
         if self._upstream is None:
             raise RuntimeError("the proxy app is not running (its lifespan has not started)")
         return self._upstream
+
+    async def max_model_len(self) -> int | None:
+        """The served model's context length from ``GET /models`` (vLLM and SGLang list it),
+        None when the endpoint does not say."""
+        if self._max_model_len is None:
+            model = await self.resolve_model()
+            with contextlib.suppress(UpstreamError):
+                for card in await self.upstream.model_cards():
+                    value = card.get("max_model_len")
+                    if card.get("id") == model and isinstance(value, int) and value > 0:
+                        self._max_model_len = value
+        return self._max_model_len
 
     async def resolve_model(self) -> str:
         """The served model name to substitute into every request (cached once known)."""
@@ -413,19 +455,28 @@ class CaptureProxy:
             capture_level=session.capture_level,
             drop_params=self.config.param_fixes,
         )
-        token_in, sent = await self._token_in(session, body, prepared, model)
+        token_in, send = await self._token_in(session, body, prepared, model)
         try:
-            reply = await self.upstream.request_json("POST", "/chat/completions", prepared.upstream)
+            if send is None:
+                reply = await self.upstream.request_json(
+                    "POST", "/chat/completions", prepared.upstream
+                )
+                echoed = None
+            else:
+                raw = await self.upstream.request_json("POST", send.path.route, send.body)
+                echoed = send.path.echoed(raw)
+                reply = send.path.to_chat(raw, prepared.upstream, self.parsers)
         except UpstreamError as exc:
             return self._upstream_failed(session, node_id, exc)
-        if sent is not None and isinstance(reply, dict) and reply.get("prompt_token_ids") != sent:
+        reply = normalise_reply(reply)
+        if send is not None and echoed != send.ids:
             # The engine rendered the messages itself: the turn is what it saw, not a splice.
             token_in = {"token_in_mode": "fallback:engine_ignored_token_in"}
             prepared.findings.append(
                 warn(
                     "token_in_ignored",
-                    "the engine did not use the token prompt it was sent (its echoed "
-                    "prompt_token_ids differ): this call was rendered",
+                    f"the engine did not use the token prompt it was sent on {send.path.name} "
+                    "(the prompt ids it echoed differ): this call was rendered",
                     node_id,
                 )
             )
@@ -462,17 +513,20 @@ class CaptureProxy:
         body: dict[str, Any],
         prepared: chat.Prepared,
         model: str,
-    ) -> tuple[dict[str, Any] | None, list[int] | None]:
-        """Splice the call onto its parent when it continues one: the token prompt goes to the
-        engine in ``kv_transfer_params.prompt_token_ids`` (vLLM's pre-tokenized chat prompt),
-        the messages stay for its tool and reasoning parsers. Returns the turn's token-in record
-        and the ids sent (None when rendered)."""
-        if self.config.token_in == "off" or session.capture_level is not CaptureLevel.TOKENS:
+    ) -> tuple[dict[str, Any] | None, _TokenSend | None]:
+        """Splice the call onto its parent when it continues one, and build the request that
+        gives the engine the token prompt by the certified path (``token_paths``). Returns the
+        turn's token-in record and what to send (None: render as usual)."""
+        path = self.token_path
+        if path is None or session.capture_level is not CaptureLevel.TOKENS:
             return None, None
         try:
             parent = plan_call(body, session.calls, reasoning=self.config.reasoning_policy)
             if parent is None:
                 return {"token_in_mode": "rendered"}, None
+            refused = path.refuses(prepared.upstream)
+            if refused is not None:
+                raise Fallback(refused, f"the {path.name} path cannot carry this call")
             close_id = parent.memory.close_id or session.close_id or self.config.close_token_id
             if close_id is None:
                 raise Fallback("no_turn_close", "no call of this session ended by itself yet")
@@ -494,19 +548,23 @@ class CaptureProxy:
                 }
             )
             out = splice(parent.memory, full, history, close_id=close_id)
+            ctx = await self.max_model_len() if path.name == "completions" else None
+            send = _TokenSend(
+                path, out.prompt_ids, path.request(prepared.upstream, out.prompt_ids, ctx)
+            )
         except Fallback as fb:
             return {"token_in_mode": f"fallback:{fb.reason}", "detail": str(fb)}, None
         except UpstreamError as exc:
             detail = f"tokenize_failed: {exc.message}"
             return {"token_in_mode": "fallback:tokenize_failed", "detail": detail}, None
-        prepared.upstream["kv_transfer_params"] = {"prompt_token_ids": out.prompt_ids}
         return {
             "token_in_mode": "spliced",
+            "token_in_path": path.name,
             "parent_call_id": parent.memory.node_id,
             "carried_len": out.carried_len,
             "synthesized": out.synthesized,
             "drift": out.drift,
-        }, out.prompt_ids
+        }, send
 
     async def dialect_call(self, dialect: Dialect, kind: str, request: Request) -> Response:
         """A route of another wire dialect: the same capture path, the caller's own shapes."""

@@ -67,6 +67,7 @@ class Turn:
     # call ``parent_call_id``'s prompt + sampled ids verbatim, ``carried_len`` of them, with the
     # ``synthesized`` prompt positions added by rollwire), or "fallback:<reason>".
     token_in_mode: str = "rendered"
+    token_in_path: str | None = None  # how the spliced prompt reached the engine (token_paths)
     parent_call_id: str | None = None
     carried_len: int | None = None
     synthesized: list[int] = field(default_factory=list)

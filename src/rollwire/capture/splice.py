@@ -236,6 +236,10 @@ def splice(
     Raises :class:`Fallback` when the renders do not line up with what was sampled.
     """
     prompt, sampled = list(parent.prompt_ids), list(parent.sampled_ids)
+    # The history ends at its last close: an engine that always appends the generation prompt
+    # to a render (SGLang's /tokenize has no add_generation_prompt) gives the same cut.
+    last = max((i for i, t in enumerate(history) if t == close_id), default=-1)
+    history = list(history[: last + 1])
     synthesized: list[int] = []
     if not sampled or sampled[-1] != close_id:
         # Cut by the length cap, or ended on a stop string or another end token: the template

@@ -103,13 +103,17 @@ class Upstream:
             raise UpstreamError("invalid_json", "upstream /tokenize answered without 'tokens'")
         return tokens
 
-    async def served_models(self) -> list[str]:
-        """Model ids from ``GET /models``."""
+    async def model_cards(self) -> list[dict[str, Any]]:
+        """The model cards of ``GET /models`` (each has an ``id``)."""
         data = await self.request_json("GET", "/models")
         items = data.get("data") if isinstance(data, dict) else None
         if not isinstance(items, list):
             raise UpstreamError("invalid_json", "GET /models did not return a 'data' list")
-        return [str(m["id"]) for m in items if isinstance(m, dict) and "id" in m]
+        return [m for m in items if isinstance(m, dict) and "id" in m]
+
+    async def served_models(self) -> list[str]:
+        """Model ids from ``GET /models``."""
+        return [str(m["id"]) for m in await self.model_cards()]
 
 
 def _error_message(parsed: Any, resp: httpx.Response) -> str:

@@ -135,6 +135,26 @@ class ReferenceEngine:
     async def _run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=self._limiter)
 
+    def _completion_logprobs(self, gen: Generation) -> dict[str, Any]:
+        """vLLM's completions logprobs: per position the sampled token's logprob, and a dict of
+        the sampled token plus the top alternatives, keyed ``token_id:N``."""
+        tokens, values, tops, offsets = [], [], [], []
+        offset = 0
+        for s in gen.steps:
+            tokens.append(f"token_id:{s.token_id}")
+            values.append(s.logprob)
+            top = {f"token_id:{s.token_id}": s.logprob}
+            top.update({f"token_id:{t}": v for t, v in s.top})
+            tops.append(top)
+            offsets.append(offset)
+            offset += len(self.model.piece(s.token_id))
+        return {
+            "text_offset": offsets,
+            "token_logprobs": values,
+            "tokens": tokens,
+            "top_logprobs": tops,
+        }
+
     async def _generate(
         self, prompt_ids: list[int], body: dict[str, Any], index: int, **constraint: Any
     ) -> Generation:
@@ -464,11 +484,16 @@ class ReferenceEngine:
                 start = _int(body, "sequential_from", 1, lo=1) or 1
                 scores = await self._run(self.model.score, ids, start, temperature)
             max_tokens = _int(body, "max_tokens", 16, lo=0) or 0
-            gen = (
-                await self._generate(ids, {**body, "max_tokens": max_tokens}, 0)
-                if max_tokens
-                else None
-            )
+            # Completions' ``logprobs`` is the number of alternatives (0: the sampled token's
+            # own logprob only); null asks for none.
+            top = _int(body, "logprobs", None, lo=0)
+            sampling = {
+                **body,
+                "max_tokens": max_tokens,
+                "logprobs": top is not None,
+                "top_logprobs": top or 0,
+            }
+            gen = await self._generate(ids, sampling, 0) if max_tokens else None
         except (EngineError, ToolFormatError) as exc:
             return _error(400, exc.message, param=exc.param)
         except _NotFound as exc:
@@ -490,7 +515,7 @@ class ReferenceEngine:
         choice = {
             "index": 0,
             "text": self.model.detokenize(sampled) if sampled else "",
-            "logprobs": None,
+            "logprobs": self._completion_logprobs(gen) if gen and top is not None else None,
             "finish_reason": gen.finish_reason if gen else "length",
             "stop_reason": gen.stop_reason if gen else None,
             "token_ids": sampled if body.get("return_token_ids") else None,

@@ -23,6 +23,7 @@ from rollwire.capture.certify import Certification, Verdict, render_table, valid
 from rollwire.capture.parity import render_report, run_parity
 from rollwire.capture.proxy import CaptureProxy, certified_config
 from rollwire.capture.rollout import CaptureLevel
+from rollwire.capture.token_paths import PATH_ORDER, REASONING_PARSERS, TOOL_PARSERS
 from rollwire.capture.upstream import Upstream
 from rollwire.server.serving import BindError, bind, serving, url_of
 
@@ -66,7 +67,7 @@ async def _serve_proxy(args: argparse.Namespace) -> None:
             api_key=args.api_key,
             admin_key=args.admin_key,
             max_body_bytes=int(args.max_body_mb * 1024 * 1024),
-            token_in=args.token_in,
+            **token_in_settings(args),
         )
     except ValueError as exc:
         raise SystemExit(f"rollwire proxy: {exc}") from None
@@ -223,6 +224,35 @@ def _endpoint_args(parser: argparse.ArgumentParser, *, required: bool = True) ->
         "conversation stays one training sequence; auto (default) when certification finds the "
         "engine takes a token prompt, required refuses an engine that does not",
     )
+    parser.add_argument(
+        "--token-in-path",
+        choices=PATH_ORDER,
+        help="how a token prompt reaches the engine (default: the best path certification "
+        "finds; it must be one the engine honours)",
+    )
+    parser.add_argument(
+        "--tool-parser",
+        choices=sorted(TOOL_PARSERS),
+        default="hermes",
+        help="the engine's tool-call parser (as vLLM's --tool-call-parser), used on the "
+        "completions token-in path where rollwire parses the reply itself",
+    )
+    parser.add_argument(
+        "--reasoning-parser",
+        choices=sorted(REASONING_PARSERS),
+        default="none",
+        help="the engine's reasoning parser (as vLLM's --reasoning-parser), for the same path",
+    )
+
+
+def token_in_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The proxy settings the token-in flags give (see _endpoint_args)."""
+    return {
+        "token_in": args.token_in,
+        "token_in_path": args.token_in_path,
+        "tool_parser": args.tool_parser,
+        "reasoning_parser": args.reasoning_parser,
+    }
 
 
 def _emit(args: argparse.Namespace, i: int, result: Any) -> None:
@@ -261,7 +291,7 @@ async def _certified_proxy(args: argparse.Namespace) -> tuple[CaptureProxy, Upst
     _say(f"rollwire rollout: {args.llm_url} certified {cert.verdict.value} ({cert.model})")
     upstream = Upstream(args.llm_url, api_key=args.api_key)
     try:
-        config = certified_config(args.llm_url, cert, token_in=args.token_in)
+        config = certified_config(args.llm_url, cert, **token_in_settings(args))
     except ValueError as exc:
         await upstream.aclose()
         _say(f"rollwire rollout: {exc}")
@@ -453,7 +483,7 @@ def _server_state(args: argparse.Namespace, admin_key: str | None = None) -> Any
     if args.llm_url:
         llm = LLMSpec(url=args.llm_url, model=args.model, api_key=args.api_key)
     return ServerState(
-        pool=EndpointPool(admin_key=admin_key, token_in=args.token_in),
+        pool=EndpointPool(admin_key=admin_key, **token_in_settings(args)),
         default_llm=llm,
         data_dir=Path(args.data_dir),
     )

@@ -81,9 +81,10 @@ async def _collect(args: argparse.Namespace, config: Any) -> Any:
             )
             bar.update(task_id, completed=p.done, stats=stats)
 
+        from rollwire.server.cli import token_in_settings
         from rollwire.tools.endpoint import EndpointPool
 
-        pool = EndpointPool(token_in=args.token_in)
+        pool = EndpointPool(**token_in_settings(args))
         try:
             return await collect(config, args.out, pool=pool, on_progress=on_progress)
         finally:

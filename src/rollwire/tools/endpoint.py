@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -52,9 +53,13 @@ class EndpointPool:
     (:meth:`served_url`) for agents that run as separate programs, and stops them on exit.
     """
 
-    def __init__(self, *, admin_key: str | None = None, token_in: str = "auto") -> None:
+    def __init__(
+        self, *, admin_key: str | None = None, token_in: str = "auto", **proxy_settings: Any
+    ) -> None:
         self.admin_key = admin_key
         self.token_in = token_in
+        # More ProxyConfig settings for every proxy made (token_in_path, tool_parser, ...).
+        self.proxy_settings = {k: v for k, v in proxy_settings.items() if v is not None}
         self._certs: dict[EndpointKey, Certification] = {}
         self._endpoints: dict[EndpointKey, Endpoint] = {}
         self._locks: dict[EndpointKey, anyio.Lock] = {}
@@ -119,7 +124,13 @@ class EndpointPool:
             log.info("%s certified %s (%s)", llm_url, cert.verdict.value, cert.model)
             upstream = Upstream(llm_url, api_key=api_key)
             proxy = CaptureProxy(
-                certified_config(llm_url, cert, admin_key=self.admin_key, token_in=self.token_in),
+                certified_config(
+                    llm_url,
+                    cert,
+                    admin_key=self.admin_key,
+                    token_in=self.token_in,
+                    **self.proxy_settings,
+                ),
                 upstream=upstream,
             )
             made = Endpoint(certification=cert, proxy=proxy, upstream=upstream)

@@ -128,6 +128,10 @@ def prepare(
 
     if capture_level is CaptureLevel.TOKENS:
         up["return_token_ids"] = True
+        # SGLang's names for the prompt ids and the sampled ids' logprobs (vLLM ignores them);
+        # rollwire.capture.token_paths.normalise_reply reads them back in vLLM's shape.
+        up["return_prompt_token_ids"] = True
+        up["return_meta_info"] = True
         up["logprobs"] = True
         if not isinstance(up.get("top_logprobs"), int) or not wants_logprobs:
             up["top_logprobs"] = 0

