@@ -10,6 +10,10 @@ broken link. Two engines:
 * the reference engine (SmolLM2-135M on CPU, llama.cpp): ``rollwire parity``'s tool
   conversation (4 calls) at T=1.0 and T=1.3, seeds 0..N-1.
 
+Token-in is measured by each engine path (``rollwire.capture.token_paths``): ``vllm_chat``
+(``kv_transfer_params.prompt_token_ids`` on chat) and ``completions`` (``/v1/completions`` with a
+token prompt, tool calls parsed by the proxy), against off.
+
 Added latency: per-call median of the proxied call with token-in on minus off, on the fake
 (alternating rounds; on costs two ``/tokenize`` calls per continuing call).
 
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import os
@@ -48,6 +53,13 @@ from rollwire.capture.parity import run_parity
 from rollwire.capture.proxy import CaptureProxy, ProxyConfig
 from rollwire.capture.rollout import CaptureLevel
 from rollwire.server.serving import bind, serving, url_of
+
+# label -> (token_in, token_in_path)
+MODES: dict[str, tuple[str, str | None]] = {
+    "off": ("off", None),
+    "vllm_chat": ("auto", "vllm_chat"),
+    "completions": ("auto", "completions"),
+}
 
 TOOLS = [
     {
@@ -99,46 +111,50 @@ async def fake_conversation(
 async def bench_fake(conversations: int, turns: int, rounds: int) -> dict[str, Any]:
     fake = FakeVLLM()
     fake.behavior.update(
-        noncanonical_split=True, tool_call_every_turn=True, drop_tool_calls_in_history=True
+        noncanonical_split=True,
+        tool_call_every_turn=True,
+        drop_tool_calls_in_history=True,
+        tools_in_prompt=True,  # so the completions route sees the tools, as a Hermes template
     )
     out: dict[str, Any] = {}
     with serve_in_thread(fake.app) as upstream:
         proxies = {}
-        servers = []
-        for mode in ("off", "auto"):
+        for label, (mode, path) in MODES.items():
             config = ProxyConfig(
-                llm_url=upstream + "/v1", capture_level=CaptureLevel.TOKENS, token_in=mode
+                llm_url=upstream + "/v1",
+                capture_level=CaptureLevel.TOKENS,
+                token_in=mode,
+                token_in_path=path,
             )
-            proxy = CaptureProxy(config)
-            sock = bind("127.0.0.1", 0)
-            servers.append((proxy, sock))
-            proxies[mode] = (proxy, sock)
-        docs: dict[str, list[dict[str, Any]]] = {"off": [], "auto": []}
-        timings: dict[str, list[float]] = {"off": [], "auto": []}
-        async with (
-            serving(proxies["off"][0].app, proxies["off"][1], stop_on_exit=True),
-            serving(proxies["auto"][0].app, proxies["auto"][1], stop_on_exit=True),
-            httpx.AsyncClient(timeout=60) as http,
-        ):
+            proxies[label] = (CaptureProxy(config), bind("127.0.0.1", 0))
+        docs: dict[str, list[dict[str, Any]]] = {label: [] for label in MODES}
+        timings: dict[str, list[float]] = {label: [] for label in MODES}
+        async with contextlib.AsyncExitStack() as stack:
+            for proxy, sock in proxies.values():
+                await stack.enter_async_context(serving(proxy.app, sock, stop_on_exit=True))
+            http = await stack.enter_async_context(httpx.AsyncClient(timeout=60))
+            labels = list(MODES)
             for r in range(rounds):
-                order = ("off", "auto") if r % 2 == 0 else ("auto", "off")
-                for mode in order:
-                    root = url_of(proxies[mode][1])
+                order = labels if r % 2 == 0 else labels[::-1]
+                for label in order:
+                    root = url_of(proxies[label][1])
                     for c in range(conversations):
-                        docs[mode].append(
-                            await fake_conversation(http, root, turns, timings[mode], c)
+                        docs[label].append(
+                            await fake_conversation(http, root, turns, timings[label], c)
                         )
-        for mode in ("off", "auto"):
-            broken, links = fragmentation(docs[mode])
-            out[mode] = {
-                "conversations": len(docs[mode]),
+        for label in MODES:
+            broken, links = fragmentation(docs[label])
+            out[label] = {
+                "conversations": len(docs[label]),
                 "links": links,
                 "broken": broken,
                 "fragmentation": broken / links if links else 0.0,
-                "median_ms": statistics.median(timings[mode]),
-                "spliced": sum(d["stats"]["token_in"].get("spliced", 0) for d in docs[mode]),
+                "median_ms": statistics.median(timings[label]),
+                "spliced": sum(d["stats"]["token_in"].get("spliced", 0) for d in docs[label]),
             }
-        out["added_ms"] = out["auto"]["median_ms"] - out["off"]["median_ms"]
+        for label in MODES:
+            if label != "off":
+                out[label]["added_ms"] = out[label]["median_ms"] - out["off"]["median_ms"]
     return out
 
 
@@ -153,7 +169,7 @@ async def bench_engine(seeds: int, temperatures: list[float], turns: int) -> dic
         url = url_of(sock) + "/v1"
         for t in temperatures:
             row: dict[str, Any] = {}
-            for mode in ("off", "auto"):
+            for label, (mode, path) in MODES.items():
                 docs = []
                 for seed in range(seeds):
                     report = await run_parity(
@@ -163,11 +179,12 @@ async def bench_engine(seeds: int, temperatures: list[float], turns: int) -> dic
                         seed=seed,
                         rescore_tokens=False,
                         token_in=mode,
+                        token_in_path=path,
                     )
                     assert report.document is not None, report.findings
                     docs.append(report.document.model_dump(mode="json"))
                 broken, links = fragmentation(docs)
-                row[mode] = {
+                row[label] = {
                     "conversations": len(docs),
                     "links": links,
                     "broken": broken,
@@ -204,24 +221,28 @@ def main() -> int:
     out.write_text(json.dumps(result, indent=2) + "\n")
     print("| engine | T | token-in | conversations | links | broken | fragmentation |")
     print("|---|---|---|---|---|---|---|")
-    for mode in ("off", "auto"):
-        f = fake[mode]
+    for label in MODES:
+        f = fake[label]
         print(
-            f"| fake | 1.0 | {mode} | {f['conversations']} | {f['links']} | {f['broken']} | "
+            f"| fake | 1.0 | {label} | {f['conversations']} | {f['links']} | {f['broken']} | "
             f"{f['fragmentation']:.1%} |"
         )
     for key, row in (engine or {}).items():
-        for mode in ("off", "auto"):
-            e = row[mode]
+        for label in MODES:
+            e = row[label]
             print(
-                f"| reference | {key[2:]} | {mode} | {e['conversations']} | {e['links']} | "
+                f"| reference | {key[2:]} | {label} | {e['conversations']} | {e['links']} | "
                 f"{e['broken']} | {e['fragmentation']:.1%} |"
             )
-    print(
-        f"\nadded latency per continuing call on the fake (median, on - off): "
-        f"{fake['added_ms']:+.2f} ms (off {fake['off']['median_ms']:.2f} ms, "
-        f"on {fake['auto']['median_ms']:.2f} ms); wall {result['wall_s']} s -> {out}"
-    )
+    print("\nadded latency per continuing call on the fake (median, on - off):")
+    for label in MODES:
+        if label != "off":
+            f = fake[label]
+            print(
+                f"  {label}: {f['added_ms']:+.2f} ms (off {fake['off']['median_ms']:.2f} ms, "
+                f"on {f['median_ms']:.2f} ms)"
+            )
+    print(f"wall {result['wall_s']} s -> {out}")
     return 0
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from tests.fakes.serve import serve_in_thread
 from tests.fakes.vllm import (
+    DEFAULT_SYSTEM_PROMPT,
     EOS_ID,
     IM_START_ID,
     NEWLINE_ID,
@@ -554,3 +555,388 @@ def test_reset_restores_constructor_behavior() -> None:
     fake.reset()
     assert fake.behavior.raw_logprobs is True and fake.behavior.served_models == ["m"]
     assert app.state.behavior is fake.behavior
+
+
+# ----------------------------------------------------------------------------- completions
+
+COMPLETIONS = "/v1/completions"
+
+
+def prompt_ids_of(http: httpx.Client, **overrides: Any) -> list[int]:
+    body = {"model": "smol", "messages": BASE["messages"], **overrides}
+    r = http.post("/tokenize", json=body)
+    assert r.status_code == 200, r.text
+    return r.json()["tokens"]
+
+
+def complete(http: httpx.Client, **body: Any) -> dict[str, Any]:
+    r = http.post(COMPLETIONS, json={"model": "smol", **body})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_completions_on_token_prompt_sample_what_chat_does(http: httpx.Client) -> None:
+    ids = prompt_ids_of(http, messages=[{"role": "user", "content": "Another prompt."}])
+    k = 3
+    via_chat = chat(http, top_logprobs=k + 1, kv_transfer_params={"prompt_token_ids": ids})
+    done = complete(http, prompt=ids, max_tokens=24, seed=1234, logprobs=k, return_token_ids=True)
+    cc, ch = done["choices"][0], via_chat["choices"][0]
+    assert via_chat["prompt_token_ids"] == cc["prompt_token_ids"] == ids
+    assert cc["token_ids"] == ch["token_ids"]
+    assert cc["text"] == ch["message"]["content"]
+    assert cc["finish_reason"] == ch["finish_reason"] == "stop"
+    content = ch["logprobs"]["content"]
+    assert cc["logprobs"]["tokens"] == [e["token"] for e in content]
+    assert cc["logprobs"]["token_logprobs"] == [e["logprob"] for e in content]
+    # chat's top k+1 (sampled first) are completions' sampled token plus its top k
+    assert cc["logprobs"]["top_logprobs"] == [
+        {t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in content
+    ]
+    assert done["usage"]["completion_tokens"] == via_chat["usage"]["completion_tokens"]
+
+
+def test_completions_reply_shape(http: httpx.Client) -> None:
+    ids = prompt_ids_of(http)
+    body = complete(http, prompt=ids, return_token_ids=True)
+    assert list(body) == [
+        "id",
+        "object",
+        "created",
+        "model",
+        "choices",
+        "service_tier",
+        "system_fingerprint",
+        "usage",
+        "kv_transfer_params",
+        "ec_transfer_params",
+        "metrics",
+    ]
+    assert list(body["choices"][0]) == [
+        "index",
+        "text",
+        "logprobs",
+        "finish_reason",
+        "stop_reason",
+        "token_ids",
+        "prompt_logprobs",
+        "prompt_token_ids",
+        "routed_experts",
+    ]
+    assert body["id"].startswith("cmpl-") and len(body["id"]) == len("cmpl-") + 16
+    assert (body["object"], body["model"]) == ("text_completion", "smol")
+    recorded = fixture("02_chat_T1.0_token_ids_logprobs.json")["response"]["body"]
+    assert body["system_fingerprint"] == recorded["system_fingerprint"]
+    ch = body["choices"][0]
+    assert ch["prompt_token_ids"] == ids and ch["logprobs"] is None
+    assert body["usage"] == {
+        "prompt_tokens": len(ids),
+        "total_tokens": len(ids) + len(ch["token_ids"]),
+        "completion_tokens": len(ch["token_ids"]),
+        "prompt_tokens_details": None,
+        "completion_tokens_details": None,
+    }
+    plain = complete(http, prompt=ids)["choices"][0]
+    assert plain["token_ids"] is None and plain["prompt_token_ids"] is None
+
+
+def test_completions_logprobs_shape(http: httpx.Client) -> None:
+    ids = prompt_ids_of(http)
+    for k in (0, 2, 20):
+        ch = complete(http, prompt=ids, logprobs=k, return_token_ids=True)["choices"][0]
+        lps, tokens = ch["logprobs"], ch["token_ids"]
+        assert list(lps) == ["text_offset", "token_logprobs", "tokens", "top_logprobs"]
+        assert lps["tokens"] == [f"token_id:{t}" for t in tokens]
+        assert all(lp <= 0 for lp in lps["token_logprobs"])
+        assert [len(d) for d in lps["top_logprobs"]] == [k + 1] * len(tokens)
+        rows = zip(lps["tokens"], lps["token_logprobs"], lps["top_logprobs"], strict=True)
+        assert all(top[token] == lp for token, lp, top in rows)
+        lengths = [len(t) for t in lps["tokens"]]
+        assert lps["text_offset"] == [sum(lengths[:i]) for i in range(len(lengths))]
+    as_text = complete(http, prompt=ids, logprobs=1, return_tokens_as_token_ids=False)
+    tokens = as_text["choices"][0]["logprobs"]["tokens"]
+    assert "".join(tokens[:-1]) == as_text["choices"][0]["text"] and tokens[-1] == "<|im_end|>"
+
+
+def test_completions_text_prompt_is_tokenised(http: httpx.Client) -> None:
+    text = "<|im_start|>user\nHello there.<|im_end|>\n<|im_start|>assistant\n"
+    by_text = complete(http, prompt=text, return_token_ids=True)["choices"][0]
+    by_ids = complete(http, prompt=TOKENIZER.encode(text), return_token_ids=True)["choices"][0]
+    assert by_text["prompt_token_ids"] == TOKENIZER.encode(text)
+    assert by_text["token_ids"] == by_ids["token_ids"]
+
+
+def test_completions_default_max_tokens_is_16(http: httpx.Client, fake: FakeVLLM) -> None:
+    fake.behavior.reply_tokens = 100
+    ids = prompt_ids_of(http)
+    for body in ({"prompt": ids}, {"prompt": ids, "max_tokens": None}):
+        ch = complete(http, return_token_ids=True, **body)["choices"][0]
+        assert len(ch["token_ids"]) == 16 and ch["finish_reason"] == "length"
+    given = complete(http, prompt=ids, max_tokens=40, return_token_ids=True)["choices"][0]
+    assert len(given["token_ids"]) == 40
+
+
+def test_completions_text_skips_special_tokens_by_default(http: httpx.Client) -> None:
+    ids = prompt_ids_of(http)
+    ch = complete(http, prompt=ids, return_token_ids=True)["choices"][0]
+    assert ch["token_ids"][-1] == EOS_ID and "<|im_end|>" not in ch["text"]
+    kept = complete(http, prompt=ids, skip_special_tokens=False)["choices"][0]["text"]
+    assert kept == ch["text"] + "<|im_end|>"
+
+
+def test_completions_tool_call_is_hermes_text(http: httpx.Client, fake: FakeVLLM) -> None:
+    fake.behavior.tools_in_prompt = True
+    messages = [{"role": "user", "content": "Weather in Oslo? CALL_TOOL"}]
+    ids = prompt_ids_of(http, messages=messages, tools=[WEATHER_TOOL])
+    ch = complete(http, prompt=ids, max_tokens=128, seed=5, return_token_ids=True)["choices"][0]
+    assert ch["text"].startswith("<tool_call>\n") and ch["text"].endswith("\n</tool_call>")
+    call = json.loads(ch["text"].split("\n")[1])
+    assert call["name"] == "get_weather" and isinstance(call["arguments"]["city"], str)
+    assert ch["text"] == tool_call_text("get_weather", call["arguments"])
+    assert ch["finish_reason"] == "stop" and ch["token_ids"][-1] == EOS_ID
+    # the chat request these ids render from samples the same call, parsed
+    chat_ch = chat(http, messages=messages, tools=[WEATHER_TOOL], max_tokens=128, seed=5)
+    assert chat_ch["prompt_token_ids"] == ids
+    assert chat_ch["choices"][0]["token_ids"] == ch["token_ids"]
+    parsed = chat_ch["choices"][0]["message"]["tool_calls"][0]["function"]
+    assert json.loads(parsed["arguments"]) == call["arguments"]
+
+
+def test_completions_call_no_tool_without_marker_or_tools_section(
+    http: httpx.Client, fake: FakeVLLM
+) -> None:
+    fake.behavior.tools_in_prompt = True
+    asked = [{"role": "user", "content": "Weather in Oslo?"}]
+    no_marker = prompt_ids_of(http, messages=asked, tools=[WEATHER_TOOL])
+    assert "<tool_call>" not in complete(http, prompt=no_marker)["choices"][0]["text"]
+    fake.behavior.tool_call_every_turn = True  # any user turn, as on chat
+    assert "<tool_call>" in complete(http, prompt=no_marker, max_tokens=128)["choices"][0]["text"]
+    fake.behavior.tools_in_prompt = False  # the real SmolLM2 template: no tools section
+    marker = [{"role": "user", "content": "Weather in Oslo? CALL_TOOL"}]
+    no_section = prompt_ids_of(http, messages=marker, tools=[WEATHER_TOOL])
+    assert "<tool_call>" not in complete(http, prompt=no_section)["choices"][0]["text"]
+
+
+def test_completions_errors(http: httpx.Client) -> None:
+    ids = prompt_ids_of(http)
+    cases: list[tuple[dict[str, Any], int, str]] = [
+        ({"model": "nope", "prompt": ids}, 404, "model"),
+        ({"prompt": [1, -2]}, 400, "prompt"),
+        ({"prompt": [[1, 2]]}, 400, "prompt"),
+        ({"prompt": None}, 400, "prompt"),
+        ({"prompt": ids, "logprobs": 21}, 400, "logprobs"),
+        ({"prompt": ids, "logprobs": -3}, 400, "logprobs"),
+        ({"prompt": ids, "max_tokens": 4096}, 400, "max_tokens"),
+        ({"prompt": ids, "stream": True}, 400, "stream"),
+    ]
+    for body, status, param in cases:
+        r = http.post(COMPLETIONS, json={"model": "smol", **body})
+        assert r.status_code == status, body
+        assert r.json()["error"]["param"] == param, body
+    r = http.post(COMPLETIONS, json={"model": "smol", "prompt": ids, "logprobs": 21})
+    assert r.json()["error"]["message"].startswith("Requested sample logprobs of 21")
+
+
+def test_completions_faults_stats_and_request_log(http: httpx.Client, fake: FakeVLLM) -> None:
+    ids = prompt_ids_of(http)
+    fake.reset()
+    fake.behavior.update(fail_status=503, fail_count=1)
+    assert http.post(COMPLETIONS, json={"prompt": ids}).status_code == 503
+    fake.behavior.no_choices = True
+    assert complete(http, prompt=ids)["choices"] == []
+    fake.behavior.no_choices = False
+    fake.behavior.reject_param = "seed"
+    assert http.post(COMPLETIONS, json={"prompt": ids, "seed": 1}).json()["error"]["param"] == (
+        "seed"
+    )
+    fake.behavior.reject_param = None
+    fake.behavior.invalid_json = True
+    r = http.post(COMPLETIONS, json={"prompt": ids})
+    assert r.status_code == 200
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(r.text)
+    stats = http.get("/_fake/stats").json()
+    assert stats["completions"] == 4 and stats["requests"] == 4 and stats["chat_completions"] == 0
+    assert (stats["ok"], stats["errors"], stats["injected_failures"]) == (2, 2, 1)
+    assert stats["prompt_tokens"] == 2 * len(ids) and stats["in_flight"] == 0
+    assert http.get("/_fake/requests").json()[0] == {"prompt": ids}
+    assert {e["path"] for e in fake.request_log} == {COMPLETIONS}
+
+
+def test_completions_consume_scripted_replies(http: httpx.Client, fake: FakeVLLM) -> None:
+    fake.behavior.scripted_replies = ["Scripted text.", "Second."]
+    ids = prompt_ids_of(http)
+    first = complete(http, prompt=ids, return_token_ids=True)["choices"][0]
+    assert first["text"] == "Scripted text."
+    assert first["token_ids"] == [*TOKENIZER.encode("Scripted text."), EOS_ID]
+    assert chat(http)["choices"][0]["message"]["content"] == "Second."
+    assert fake.behavior.scripted_replies == []
+
+
+def test_openai_sdk_parses_completions(sdk: openai.OpenAI) -> None:
+    ids = TOKENIZER.encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+    r = sdk.completions.create(
+        model="smol", prompt=ids, logprobs=2, seed=7, extra_body={"return_token_ids": True}
+    )
+    assert r.id.startswith("cmpl-") and r.choices[0].finish_reason == "stop"
+    assert r.choices[0].model_extra["prompt_token_ids"] == ids
+    assert len(r.choices[0].logprobs.top_logprobs[0]) == 3
+    assert r.usage.completion_tokens == len(r.choices[0].model_extra["token_ids"])
+
+
+# ----------------------------------------------------------------------------- tools in prompt
+
+
+def test_tools_in_prompt_renders_the_manifest_into_the_system_turn(
+    http: httpx.Client, fake: FakeVLLM
+) -> None:
+    from rollwire.capture.dialects.hermes import manifest_prompt
+
+    user = [{"role": "user", "content": "hi"}]
+    with_default = render_chat(user, tools=[WEATHER_TOOL])
+    manifest = manifest_prompt([WEATHER_TOOL])
+    assert with_default == render_chat(
+        [{"role": "system", "content": f"{DEFAULT_SYSTEM_PROMPT}\n\n{manifest}"}, *user]
+    )
+    given = [{"role": "system", "content": "Be brief."}, *user]
+    assert render_chat(given, tools=[WEATHER_TOOL]) == render_chat(
+        [{"role": "system", "content": f"Be brief.\n\n{manifest}"}, *user]
+    )
+    assert render_chat(user, tools=[]) == render_chat(user)
+
+    plain = chat(http, messages=user, tools=[WEATHER_TOOL])["prompt_token_ids"]
+    assert plain == render_chat(user)  # default: the SmolLM2 template has no tool section
+    assert prompt_ids_of(http, messages=user, tools=[WEATHER_TOOL]) == plain
+    fake.behavior.tools_in_prompt = True
+    assert chat(http, messages=user, tools=[WEATHER_TOOL])["prompt_token_ids"] == with_default
+    assert prompt_ids_of(http, messages=user, tools=[WEATHER_TOOL]) == with_default
+
+
+# ----------------------------------------------------------------------------- sglang mode
+
+
+def test_engine_must_be_vllm_or_sglang(http: httpx.Client, fake: FakeVLLM) -> None:
+    assert http.post("/_fake/behavior", json={"engine": "sglang"}).json()["engine"] == "sglang"
+    r = http.post("/_fake/behavior", json={"engine": "tgi"})
+    assert r.status_code == 400 and "engine" in r.json()["error"]["message"]
+    assert fake.behavior.engine == "sglang"
+    with pytest.raises(ValueError):
+        fake.behavior.update(engine="tgi")
+    with pytest.raises(ValueError):
+        create_fake_vllm(engine="tgi")
+    assert http.post("/_fake/reset").json()["engine"] == "vllm"
+
+
+def test_sglang_input_ids_are_the_prompt_echoed_on_the_choice(
+    http: httpx.Client, fake: FakeVLLM
+) -> None:
+    ids = prompt_ids_of(http, messages=[{"role": "user", "content": "Another prompt."}])
+    vllm_reply = chat(http, kv_transfer_params={"prompt_token_ids": ids})
+    fake.behavior.engine = "sglang"
+    body = chat(http, input_ids=ids, return_prompt_token_ids=True)
+    ch = body["choices"][0]
+    assert ch["prompt_token_ids"] == ids and "prompt_token_ids" not in body
+    assert ch["token_ids"] == vllm_reply["choices"][0]["token_ids"]
+    assert ch["logprobs"] == vllm_reply["choices"][0]["logprobs"]  # token_id:N entries
+    assert body["usage"]["prompt_tokens"] == len(ids)
+    assert "prompt_token_ids" not in chat(http, input_ids=ids)["choices"][0]
+
+
+def test_sglang_reply_shape(http: httpx.Client, fake: FakeVLLM) -> None:
+    fake.behavior.engine = "sglang"
+    body = chat(http, return_token_ids=None)
+    assert list(body) == ["id", "object", "created", "model", "choices", "usage", "metadata"]
+    ch = body["choices"][0]
+    assert list(ch) == ["index", "message", "logprobs", "finish_reason", "matched_stop"]
+    assert list(ch["message"]) == ["role", "content", "reasoning_content", "tool_calls"]
+    assert ch["finish_reason"] == "stop" and ch["matched_stop"] == EOS_ID
+    assert body["usage"]["reasoning_tokens"] == 0
+    ids = chat(http)["choices"][0]
+    assert ids["token_ids"][-1] == EOS_ID and "prompt_token_ids" not in ids
+    cut = chat(http, max_tokens=3)["choices"][0]
+    assert (cut["finish_reason"], cut["matched_stop"]) == ("length", None)
+
+
+def test_sglang_ignores_kv_transfer_params(http: httpx.Client, fake: FakeVLLM) -> None:
+    fake.behavior.engine = "sglang"
+    other = prompt_ids_of(http, messages=[{"role": "user", "content": "Another prompt."}])
+    body = chat(http, kv_transfer_params={"prompt_token_ids": other}, return_prompt_token_ids=True)
+    assert body["choices"][0]["prompt_token_ids"] == render_chat(BASE["messages"])
+    bad = http.post(CHAT, json={**BASE, "input_ids": [1, "x"]})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "input_ids"
+
+
+def test_sglang_tokenize_always_appends_the_generation_prompt(
+    http: httpx.Client, fake: FakeVLLM
+) -> None:
+    fake.behavior.engine = "sglang"
+    r = http.post(
+        "/tokenize",
+        json={"model": "smol", "messages": BASE["messages"], "add_generation_prompt": False},
+    ).json()
+    assert r == {
+        "tokens": render_chat(BASE["messages"]),
+        "count": len(render_chat(BASE["messages"])),
+        "max_model_len": 2048,
+    }
+    assert http.post("/detokenize", json={"tokens": [1, 2, 198]}).json() == {"text": "\n"}
+
+
+def test_sglang_tool_call_finishes_with_tool_calls(http: httpx.Client, fake: FakeVLLM) -> None:
+    fake.behavior.engine = "sglang"
+    messages = [{"role": "user", "content": "Weather in Oslo? CALL_TOOL"}]
+    ch = chat(http, messages=messages, tools=[WEATHER_TOOL], max_tokens=128)["choices"][0]
+    call = ch["message"]["tool_calls"][0]
+    assert call["id"].startswith("call_") and call["index"] == 0
+    assert call["function"]["name"] == "get_weather"
+    assert (ch["finish_reason"], ch["matched_stop"]) == ("tool_calls", None)
+    assert ch["message"]["content"] == "" and ch["token_ids"][-1] == EOS_ID
+
+
+def test_sglang_meta_info_with_return_meta_info(http: httpx.Client, fake: FakeVLLM) -> None:
+    fake.behavior.engine = "sglang"
+    ch = chat(http, return_meta_info=True)["choices"][0]
+    meta = ch["meta_info"]
+    assert meta["finish_reason"] == {"type": "stop", "matched": EOS_ID}
+    assert [e[1] for e in meta["output_token_logprobs"]] == ch["token_ids"]
+    content = ch["logprobs"]["content"]
+    assert [e[0] for e in meta["output_token_logprobs"]] == [e["logprob"] for e in content]
+    assert [len(t) for t in meta["output_top_logprobs"]] == [3] * len(content)
+    assert "meta_info" not in chat(http)["choices"][0]
+
+
+def test_sglang_stream_has_sglang_chunk_keys(http: httpx.Client, fake: FakeVLLM) -> None:
+    fake.behavior.engine = "sglang"
+    r = http.post(CHAT, json={**BASE, "stream": True, "stream_options": {"include_usage": True}})
+    got = _sse(r.text)
+    assert got[-1] == "[DONE]" and "prompt_token_ids" not in got[0]
+    tokens = got[1:-2]
+    assert all(
+        list(c["choices"][0]) == ["index", "delta", "logprobs", "finish_reason", "matched_stop"]
+        for c in tokens
+    )
+    assert tokens[-1]["choices"][0]["matched_stop"] == EOS_ID
+    text = "".join(c["choices"][0]["delta"]["content"] for c in tokens)
+    assert text == chat(http)["choices"][0]["message"]["content"]
+    assert got[-2]["choices"] == [] and got[-2]["usage"]["reasoning_tokens"] == 0
+
+
+def test_sglang_completions_shape(http: httpx.Client, fake: FakeVLLM) -> None:
+    ids = prompt_ids_of(http)
+    vllm_reply = complete(http, prompt=ids, logprobs=1, return_token_ids=True)
+    fake.behavior.engine = "sglang"
+    body = complete(http, prompt=ids, logprobs=1, return_token_ids=True)
+    assert list(body) == ["id", "object", "created", "model", "choices", "usage", "metadata"]
+    ch = body["choices"][0]
+    assert list(ch) == [
+        "index",
+        "text",
+        "logprobs",
+        "finish_reason",
+        "matched_stop",
+        "token_ids",
+        "prompt_token_ids",
+    ]
+    assert ch["prompt_token_ids"] == ids and ch["matched_stop"] == EOS_ID
+    assert ch["token_ids"] == vllm_reply["choices"][0]["token_ids"]
+    assert ch["logprobs"] == vllm_reply["choices"][0]["logprobs"]
+    assert list(complete(http, prompt=ids)["choices"][0])[-1] == "matched_stop"

@@ -179,7 +179,8 @@ async def test_certification_reports_whether_the_engine_takes_a_token_prompt(fak
     vllm, url = fake
     cert = await validate_llm(url + "/v1", probe_tools=False)
     assert cert.token_in and cert.token_in_reason is None
-    vllm.behavior.update(ignore_token_prompt=True)
+    # chat ignores kv_transfer_params and completions refuse a prompt: no path left
+    vllm.behavior.update(ignore_token_prompt=True, reject_param="prompt")
     cert = await validate_llm(url + "/v1", probe_tools=False)
     assert not cert.token_in and "ignored" in cert.token_in_reason
     assert "token_in" in [f.code for f in cert.findings]

@@ -180,7 +180,7 @@ def test_think_parser_splits_reasoning_from_content():
 
 
 def test_unknown_parser_names_are_refused_with_the_known_ones():
-    with pytest.raises(ValueError, match="unknown tool parser 'qwen9'.*hermes"):
+    with pytest.raises(ValueError, match=r"unknown tool parser 'qwen9'.*hermes"):
         Parsers(tool="qwen9")
 
 

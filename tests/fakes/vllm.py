@@ -15,6 +15,12 @@ keys and error bodies. A toy engine stands in for the model, with no ML involved
 * deterministic "logits" over 21 candidates at each position. In processed mode they are
   reported as ``log_softmax(logits / T)``; in raw mode as ``log_softmax(logits)``.
 
+Routes: ``/v1/chat/completions`` (also streamed), ``/v1/completions`` (a token-id or text prompt,
+sampled by the same engine as chat; not streamed), ``/v1/models``, ``/tokenize``, ``/detokenize``.
+``Behavior.engine = "sglang"`` makes the fake answer as SGLang's OpenAI server does (``input_ids``
+on chat, ids on the choice, ``matched_stop``); ``Behavior.tools_in_prompt`` renders offered tools
+into the system turn, as a Hermes/Qwen-style template does.
+
 Misbehaviour is chosen with the mutable :class:`Behavior` in ``app.state.behavior``. A test can
 change it in-process, or over HTTP with ``POST /_fake/behavior``, ``POST /_fake/reset``,
 ``GET /_fake/behavior``, ``GET /_fake/requests`` and ``GET /_fake/stats``.
@@ -35,7 +41,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +50,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
+
+from rollwire.capture.dialects.hermes import manifest_prompt
 
 __all__ = [
     "CALL_TOOL_MARKER",
@@ -76,9 +84,13 @@ DEFAULT_ROOT = "models/smol_hf"
 DEFAULT_MAX_MODEL_LEN = 2048
 DEFAULT_REPLY_TOKENS = 12
 SYSTEM_FINGERPRINT = "vllm-0.32.0-3b266cfa"
+ENGINES = ("vllm", "sglang")
+SGLANG_WEIGHT_VERSION = "default"
+DEFAULT_COMPLETION_MAX_TOKENS = 16
 DEFAULT_SYSTEM_PROMPT = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 CALL_TOOL_MARKER = "CALL_TOOL"
 FORCED_MASKED_LOGPROB = -9999.0
+_LOGPROB_FLOOR = -9999.0  # vLLM's completions clamp -inf logprobs to this
 
 WORDS = (
     "the sea river stone light wind cloud bright quiet green morning garden window little "
@@ -264,6 +276,7 @@ def render_chat(
     *,
     add_generation_prompt: bool = True,
     drop_tool_calls_in_history: bool = False,
+    tools: Sequence[Mapping[str, Any]] | None = None,
     tokenizer: ToyTokenizer | None = None,
 ) -> list[int]:
     """SmolLM2's ChatML template, rendered straight into ids.
@@ -273,23 +286,62 @@ def render_chat(
     it gives exactly the ids the fake sampled for it. An assistant message's ``tool_calls`` are
     rendered as ``<tool_call>`` text (the default, which keeps the token prefix). With
     ``drop_tool_calls_in_history`` they are dropped, which is what the real SmolLM2 template does.
+    Non-empty ``tools`` are offered as a Hermes/Qwen-style template does: the system turn becomes
+    ``"{system text}\\n\\n{manifest}"`` (:func:`rollwire.capture.dialects.hermes.manifest_prompt`).
     """
     tok = tokenizer or TOKENIZER
     msgs = list(messages)
     if not msgs or msgs[0].get("role") != "system":
         msgs.insert(0, {"role": "system", "content": DEFAULT_SYSTEM_PROMPT})
     ids: list[int] = []
-    for m in msgs:
+    for i, m in enumerate(msgs):
         role = str(m.get("role", "user"))
         if role == "assistant":
             text = _assistant_text(m, drop_tool_calls_in_history)
         else:
             text = content_text(m.get("content"))
+        if i == 0 and tools:
+            text = f"{text}\n\n{manifest_prompt([dict(t) for t in tools])}"
         ids += [IM_START_ID, *tok.encode(role), NEWLINE_ID, *tok.encode(text), IM_END_ID]
         ids.append(NEWLINE_ID)
     if add_generation_prompt:
         ids += [IM_START_ID, *tok.encode("assistant"), NEWLINE_ID]
     return ids
+
+
+_TOOLS_SECTION_RE = re.compile(r"<tools>\n(.*?)\n</tools>", re.DOTALL)
+
+
+def prompt_turns(text: str) -> list[tuple[str, str, bool]]:
+    """A rendered ChatML prompt (decoded with its special tokens) as ``(role, text, closed)``
+    turns, split at ``<|im_start|>`` / ``<|im_end|>``. An open assistant header at the end (the
+    generation prompt, with no text yet) is dropped."""
+    turns: list[tuple[str, str, bool]] = []
+    for part in text.split(IM_START)[1:]:
+        body, end, _ = part.partition(IM_END)
+        role, _, content = body.partition("\n")
+        turns.append((role, content, bool(end)))
+    if turns and turns[-1][0] == "assistant" and not turns[-1][2] and not turns[-1][1].strip():
+        turns.pop()
+    return turns
+
+
+def prompt_tools(system_text: str) -> list[dict[str, Any]]:
+    """The tools a system turn offers in a ``<tools>...</tools>`` section (one JSON function spec
+    per line, as :func:`~rollwire.capture.dialects.hermes.manifest_prompt` writes them), as
+    OpenAI ``tools`` entries. Lines that are not a spec with a name are skipped."""
+    m = _TOOLS_SECTION_RE.search(system_text)
+    if m is None:
+        return []
+    tools: list[dict[str, Any]] = []
+    for line in m.group(1).splitlines():
+        try:
+            spec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(spec, dict) and isinstance(spec.get("name"), str):
+            tools.append({"type": "function", "function": spec})
+    return tools
 
 
 # --------------------------------------------------------------------------- behaviour
@@ -304,10 +356,23 @@ class Behavior:
     reply_tokens: int | None = None
     """Exact completion length (EOS included) for text replies; None = the app's default."""
     served_models: list[str] = field(default_factory=lambda: [DEFAULT_MODEL])
+    engine: str = "vllm"
+    """``"vllm"`` (vLLM 0.32) or ``"sglang"``: SGLang's OpenAI server. Chat then takes the prompt
+    ids from ``input_ids`` (``kv_transfer_params`` is ignored); the reply has no top-level
+    ``prompt_token_ids`` (nor vLLM's other extra keys); each choice has ``matched_stop`` instead of
+    ``stop_reason``, ``prompt_token_ids`` only with ``return_prompt_token_ids``, ``token_ids``
+    only with ``return_token_ids`` and ``meta_info`` only with ``return_meta_info`` (absent keys,
+    not nulls); a parsed tool call finishes with ``"tool_calls"``. ``/tokenize`` always appends
+    the generation prompt and answers ``{tokens, count, max_model_len}``; ``/detokenize`` answers
+    ``{text}``; completions answer in SGLang's shape. Error bodies keep vLLM's shape."""
     raw_logprobs: bool = False
     """Report pre-temperature logprobs (vLLM's default ``raw_logprobs`` mode)."""
     drop_tool_calls_in_history: bool = False
     """Render assistant tool calls in history as empty content (real SmolLM2; breaks prefix)."""
+    tools_in_prompt: bool = False
+    """Render a request's ``tools`` into the system turn, as a Hermes/Qwen-style template does
+    (``"{system text}\\n\\n{manifest}"``), on chat and ``/tokenize``. False: the real SmolLM2
+    template, which has no tool section (tools change nothing in the prompt)."""
     tool_call_every_turn: bool = False
     """With tools present and tool_choice auto/absent, call the first tool whenever the last
     message is a user message (after a tool result, answer in text)."""
@@ -336,10 +401,12 @@ class Behavior:
     chunk_delay_s: float = 0.0
     """Sleep before each streamed token chunk."""
     ignore_return_token_ids: bool = False
+    """Ids are always null, as from a server that ignores ``return_token_ids`` (absent in
+    ``engine="sglang"`` mode)."""
     ignore_token_prompt: bool = False
-    """Render the messages whatever ``kv_transfer_params.prompt_token_ids`` says, as a vLLM
-    without pre-tokenized chat prompts does (it ignores the unknown key)."""
-    """Ids are always null, as from a server that ignores ``return_token_ids``."""
+    """Render the messages whatever ``kv_transfer_params.prompt_token_ids`` (SGLang mode:
+    ``input_ids``) says, as an engine without pre-tokenized chat prompts does (it ignores the
+    unknown key)."""
     reject_param: str | None = None
     """400 naming this parameter whenever it is present in the request body."""
     invalid_json: bool = False
@@ -351,11 +418,19 @@ class Behavior:
     same text). Each is tokenised by the toy tokenizer as usual, plus EOS; while any are left
     they replace the generated text and any tool call. An empty list: the usual replies."""
 
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+
     def update(self, **changes: Any) -> None:
         names = {f.name for f in dataclasses.fields(self)}
         unknown = sorted(set(changes) - names)
         if unknown:
             raise ValueError(f"unknown Behavior field(s): {', '.join(unknown)}")
+        if "engine" in changes and changes["engine"] not in ENGINES:
+            raise ValueError(
+                f"engine must be one of {', '.join(ENGINES)}, got {changes['engine']!r}"
+            )
         for key, value in changes.items():
             if key == "served_models":
                 if (
@@ -398,6 +473,15 @@ class _ToolPlan:
     name: str
     tool: Mapping[str, Any]
     forced: bool
+
+
+@dataclass
+class _Outcome:
+    """How a choice finished, as the engine reports it."""
+
+    finish_reason: str
+    matched_stop: int | None
+    tool_call: dict[str, Any] | None
 
 
 @dataclass
@@ -513,6 +597,39 @@ def _validation_error(kind: str, loc: tuple[Any, ...], msg: str, value: Any) -> 
     return _error(400, f"1 validation error:\n  {detail!r}", type_="Bad Request", param=param)
 
 
+def _token_ids(value: Any, param: str) -> list[int]:
+    """A non-empty list of non-negative token ids, else a 400 naming ``param``."""
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
+    ):
+        raise _Reject(_error(400, f"{param} must be a non-empty list of token ids", param=param))
+    return list(value)
+
+
+def _usage(prompt_tokens: int, completion_tokens: int, sglang: bool) -> dict[str, Any]:
+    """vLLM's ``UsageInfo`` (as in the fixtures), or SGLang's."""
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens": completion_tokens,
+        "prompt_tokens_details": None,
+    }
+    if sglang:
+        usage["reasoning_tokens"] = 0
+    else:
+        usage["completion_tokens_details"] = None
+    return usage
+
+
+def _sglang_delta(
+    role: str | None = None, content: str | None = None, tool_calls: list[Any] | None = None
+) -> dict[str, Any]:
+    """SGLang's ``DeltaMessage`` (its nulls included)."""
+    return {"role": role, "content": content, "reasoning_content": None, "tool_calls": tool_calls}
+
+
 class _Reject(Exception):
     """Internal control flow: abort the request with ``response``."""
 
@@ -533,11 +650,15 @@ def _int_param(body: Mapping[str, Any], name: str) -> int | None:
 
 # --------------------------------------------------------------------------- the app
 
+# a request handler: JSON body -> (response, whether a stream took over the in-flight count)
+_Handler = Callable[[Any], Awaitable[tuple[Response, bool]]]
+
 
 def _new_stats() -> dict[str, int]:
     return {
         "requests": 0,
         "chat_completions": 0,
+        "completions": 0,
         "ok": 0,
         "errors": 0,
         "streams": 0,
@@ -551,8 +672,8 @@ def _new_stats() -> dict[str, int]:
 
 class FakeVLLM:
     """The fake server. ``FakeVLLM(...).app`` is the ASGI app; ``app.state`` holds ``fake``,
-    ``behavior``, ``requests`` (chat request bodies), ``request_log``, ``stats`` and
-    ``tokenizer``."""
+    ``behavior``, ``requests`` (chat and completions request bodies), ``request_log``, ``stats``
+    and ``tokenizer``."""
 
     def __init__(
         self,
@@ -577,6 +698,7 @@ class FakeVLLM:
         self.app = Starlette(
             routes=[
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                Route("/v1/completions", self._completions, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
                 Route("/tokenize", self._tokenize, methods=["POST"]),
                 Route("/detokenize", self._detokenize, methods=["POST"]),
@@ -608,12 +730,18 @@ class FakeVLLM:
         self.stats.update(_new_stats())
 
     def render_prompt(
-        self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        add_generation_prompt: bool = True,
+        tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> list[int]:
+        """A chat request's prompt ids; ``tools`` are rendered only with
+        ``Behavior.tools_in_prompt``."""
         return render_chat(
             messages,
             add_generation_prompt=add_generation_prompt,
             drop_tool_calls_in_history=self.behavior.drop_tool_calls_in_history,
+            tools=tools if self.behavior.tools_in_prompt else None,
             tokenizer=self.tokenizer,
         )
 
@@ -766,9 +894,19 @@ class FakeVLLM:
         if choice == "none":
             return None
         last = messages[-1] if messages else {}
-        if not isinstance(last, Mapping) or last.get("role") != "user":
+        if not isinstance(last, Mapping):
             return None
-        text = content_text(last.get("content"))
+        return self._auto_tool_plan(by_name, last.get("role"), content_text(last.get("content")))
+
+    def _auto_tool_plan(
+        self, by_name: Mapping[Any, Mapping[str, Any]], role: Any, text: str
+    ) -> _ToolPlan | None:
+        """tool_choice auto: call a tool when the last message is a user message that holds the
+        CALL_TOOL marker (``CALL_TOOL:name`` picks the tool, else the first), or on every user
+        turn with ``Behavior.tool_call_every_turn``."""
+        if role != "user" or not by_name:
+            return None
+        first_name = next(iter(by_name))
         m = re.search(rf"{CALL_TOOL_MARKER}(?::([\w.-]+))?", text)
         if m is not None:
             name = m.group(1) if m.group(1) in by_name else first_name
@@ -776,6 +914,17 @@ class FakeVLLM:
         if self.behavior.tool_call_every_turn:
             return _ToolPlan(str(first_name), by_name[first_name], forced=False)
         return None
+
+    def _prompt_tool_plan(self, prompt_ids: Sequence[int]) -> _ToolPlan | None:
+        """The tool plan of a completions prompt, which has no ``tools`` or ``messages``: the
+        tools offered in the system turn's ``<tools>`` section and the last turn's role and text,
+        under chat's tool_choice auto rule (there is no forced choice on completions)."""
+        turns = prompt_turns(self.tokenizer.decode(prompt_ids, skip_special_tokens=False))
+        if not turns or turns[0][0] != "system":
+            return None
+        by_name = {t["function"]["name"]: t for t in prompt_tools(turns[0][1])}
+        role, text, _ = turns[-1]
+        return self._auto_tool_plan(by_name, role, text)
 
     def _params(self, body: Mapping[str, Any], prompt_len: int) -> _Params:
         ctx = self.max_model_len
@@ -870,12 +1019,18 @@ class FakeVLLM:
         self.stats["in_flight"] -= 1
 
     async def _chat(self, request: Request) -> Response:
+        return await self._serve(request, "chat_completions", self._complete)
+
+    async def _completions(self, request: Request) -> Response:
+        return await self._serve(request, "completions", self._text_complete)
+
+    async def _serve(self, request: Request, counter: str, handler: _Handler) -> Response:
         self.stats["requests"] += 1
-        self.stats["chat_completions"] += 1
+        self.stats[counter] += 1
         self._enter()
         handed_off = False
         try:
-            response, handed_off = await self._chat_inner(request)
+            response, handed_off = await self._serve_inner(request, handler)
             if response.status_code >= 400:
                 self.stats["errors"] += 1
             return response
@@ -883,7 +1038,9 @@ class FakeVLLM:
             if not handed_off:
                 self._leave()
 
-    async def _chat_inner(self, request: Request) -> tuple[Response, bool]:
+    async def _serve_inner(self, request: Request, handler: _Handler) -> tuple[Response, bool]:
+        """Log the request, apply the request-level faults (delay, injected failure), parse the
+        JSON and hand the body to ``handler``."""
         raw = await request.body()
         b = self.behavior
         try:
@@ -920,11 +1077,12 @@ class FakeVLLM:
         if isinstance(body, ValueError):
             return _error(400, str(body), type_="Bad Request"), False
         try:
-            return await self._complete(body)
+            return await handler(body)
         except _Reject as rej:
             return rej.response, False
 
-    async def _complete(self, body: Any) -> tuple[Response, bool]:
+    def _check_body(self, body: Any) -> dict[str, Any]:
+        """The body must be an object; ``Behavior.reject_param`` refuses a parameter."""
         b = self.behavior
         if not isinstance(body, dict):
             raise _Reject(
@@ -945,6 +1103,65 @@ class FakeVLLM:
                     param=name,
                 )
             )
+        return body
+
+    def _outcome(self, choice: _Choice, sglang: bool) -> _Outcome:
+        """How a choice finished, as the engine reports it. SGLang names the EOS it stopped on
+        (``matched_stop``); when its parser finds a tool call, the finish becomes
+        ``tool_calls`` and the match is cleared, and the call gets a ``call_...`` id."""
+        if not sglang:
+            return _Outcome(choice.finish_reason, None, choice.tool_call)
+        stopped = choice.finish_reason == "stop" and bool(choice.ids) and choice.ids[-1] == EOS_ID
+        matched = EOS_ID if stopped else None
+        if choice.tool_call is None:
+            return _Outcome(choice.finish_reason, matched, None)
+        call = {
+            "id": f"call_{uuid.uuid4().hex[:24]}",
+            "index": 0,
+            "type": "function",
+            "function": dict(choice.tool_call["function"]),
+        }
+        finish = "tool_calls" if choice.finish_reason == "stop" else choice.finish_reason
+        return _Outcome(finish, None, call)
+
+    def _meta_info(
+        self,
+        cid: str,
+        choice: _Choice,
+        outcome: _Outcome,
+        prompt_len: int,
+        params: _Params,
+    ) -> dict[str, Any]:
+        """SGLang's per-choice ``meta_info`` (``return_meta_info``), with the sampled logprobs as
+        ``[logprob, id, null]`` per position when logprobs were asked for."""
+        finish: dict[str, Any] = {"type": outcome.finish_reason}
+        if outcome.finish_reason == "length":
+            finish["length"] = params.limit
+        else:
+            finish["matched"] = outcome.matched_stop
+        meta: dict[str, Any] = {
+            "id": cid,
+            "finish_reason": finish,
+            "prompt_tokens": prompt_len,
+            "weight_version": SGLANG_WEIGHT_VERSION,
+            "completion_tokens": len(choice.ids),
+            "cached_tokens": 0,
+            "e2e_latency": 0.0,
+        }
+        if params.logprobs:
+            meta["output_token_logprobs"] = [
+                [lp, tid, None] for tid, (lp, _) in zip(choice.ids, choice.scores, strict=True)
+            ]
+            meta["output_top_logprobs"] = [
+                [[v, t, None] for t, v in [(tid, lp), *alts][: params.top_logprobs]]
+                for tid, (lp, alts) in zip(choice.ids, choice.scores, strict=True)
+            ]
+        return meta
+
+    async def _complete(self, body: Any) -> tuple[Response, bool]:
+        b = self.behavior
+        sglang = b.engine == "sglang"
+        body = self._check_body(body)
         messages = body.get("messages")
         if messages is None:
             raise _Reject(
@@ -962,22 +1179,28 @@ class FakeVLLM:
         n = 1 if n is None else n
         if n < 1:
             raise _Reject(_error(400, f"n must be at least 1, got {n}.", param="n"))
-        prompt_ids = self.render_prompt(messages)
-        given = (body.get("kv_transfer_params") or {}).get("prompt_token_ids")
-        if given is not None and not b.ignore_token_prompt:
-            # vLLM's pre-tokenized chat prompt: the ids are the prompt, verbatim (no template);
-            # the messages stay for the tool plan. Echoed as prompt_token_ids.
-            if not isinstance(given, list) or not all(
-                isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in given
-            ):
-                raise _Reject(
-                    _error(
-                        400,
-                        "prompt_token_ids must be a list of token ids",
-                        param="kv_transfer_params",
+        prompt_ids = self.render_prompt(messages, tools=body.get("tools"))
+        if sglang:
+            # SGLang's pre-computed prompt ids bypass the chat template; the messages stay for
+            # the tool plan. kv_transfer_params means nothing to it.
+            if body.get("input_ids") is not None and not b.ignore_token_prompt:
+                prompt_ids = _token_ids(body["input_ids"], "input_ids")
+        else:
+            given = (body.get("kv_transfer_params") or {}).get("prompt_token_ids")
+            if given is not None and not b.ignore_token_prompt:
+                # vLLM's pre-tokenized chat prompt: the ids are the prompt, verbatim (no
+                # template); the messages stay for the tool plan. Echoed as prompt_token_ids.
+                if not isinstance(given, list) or not all(
+                    isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in given
+                ):
+                    raise _Reject(
+                        _error(
+                            400,
+                            "prompt_token_ids must be a list of token ids",
+                            param="kv_transfer_params",
+                        )
                     )
-                )
-            prompt_ids = list(given)
+                prompt_ids = list(given)
         params = self._params(body, len(prompt_ids))
 
         scripted = b.scripted_replies.pop(0) if b.scripted_replies and not b.no_choices else None
@@ -986,6 +1209,7 @@ class FakeVLLM:
             if b.no_choices
             else [self._generate(prompt_ids, params, plan, i, scripted) for i in range(n)]
         )
+        outcomes = [self._outcome(c, sglang) for c in choices]
         return_ids = bool(body.get("return_token_ids")) and not b.ignore_return_token_ids
         lp_content = [
             self._logprob_content(c, params.top_logprobs) if params.logprobs else None
@@ -1007,21 +1231,61 @@ class FakeVLLM:
             self.stats["streams"] += 1
             opts = body.get("stream_options") or {}
             include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
+            if sglang and include_usage:
+                usage = _usage(len(prompt_ids), completion_tokens, sglang=True)
             gen = self._stream(
                 cid,
                 created,
                 model,
                 prompt_ids if return_ids else None,
                 choices,
+                outcomes,
                 lp_content,
                 return_ids,
                 usage if include_usage else None,
+                sglang,
             )
             return StreamingResponse(gen, media_type="text/event-stream"), True
 
         if b.invalid_json:
             broken = f'{{"id":"{cid}","object":"chat.completion","choices":[{{"index":0,'
             return Response(broken.encode(), media_type="application/json"), False
+        if sglang:
+            return_prompt_ids = (
+                bool(body.get("return_prompt_token_ids")) and not b.ignore_return_token_ids
+            )
+            sgl_choices = []
+            for i, (c, out) in enumerate(zip(choices, outcomes, strict=True)):
+                sgl_choice: dict[str, Any] = {
+                    "index": i,
+                    "message": {
+                        "role": "assistant",
+                        "content": c.content,
+                        "reasoning_content": None,
+                        "tool_calls": None if out.tool_call is None else [out.tool_call],
+                    },
+                    "logprobs": None if lp_content[i] is None else {"content": lp_content[i]},
+                    "finish_reason": out.finish_reason,
+                    "matched_stop": out.matched_stop,
+                }
+                if return_prompt_ids:
+                    sgl_choice["prompt_token_ids"] = list(prompt_ids)
+                if return_ids:
+                    sgl_choice["token_ids"] = list(c.ids)
+                if body.get("return_meta_info"):
+                    sgl_choice["meta_info"] = self._meta_info(cid, c, out, len(prompt_ids), params)
+                sgl_choices.append(sgl_choice)
+            return _json(
+                {
+                    "id": cid,
+                    "object": "chat.completion",
+                    "created": created,
+                    "model": model,
+                    "choices": sgl_choices,
+                    "usage": _usage(len(prompt_ids), completion_tokens, sglang=True),
+                    "metadata": {"weight_version": SGLANG_WEIGHT_VERSION},
+                }
+            ), False
         out_choices = []
         for i, c in enumerate(choices):
             message: dict[str, Any] = {
@@ -1071,10 +1335,15 @@ class FakeVLLM:
         model: str,
         prompt_ids: list[int] | None,
         choices: list[_Choice],
+        outcomes: list[_Outcome],
         lp_content: list[list[dict[str, Any] | None] | None],
         return_ids: bool,
-        usage: dict[str, int] | None,
+        usage: dict[str, Any] | None,
+        sglang: bool = False,
     ) -> AsyncIterator[str]:
+        """SSE chunks: one role chunk per choice, one chunk per token, an optional usage chunk,
+        ``[DONE]``. vLLM mode copies fixture 06; SGLang mode uses SGLang's chunk keys (no ids,
+        ``matched_stop``, ``usage: null`` on every chunk)."""
         b = self.behavior
         head = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model}
         try:
@@ -1083,14 +1352,24 @@ class FakeVLLM:
                 yield "data: [DONE]\n\n"
                 return
             for i in range(len(choices)):
-                first = {
-                    "index": i,
-                    "delta": {"role": "assistant", "content": ""},
-                    "logprobs": None,
-                    "finish_reason": None,
-                }
-                chunk = {**head, "choices": [first], "prompt_token_ids": prompt_ids}
-                chunk["prompt_text"] = None
+                if sglang:
+                    first: dict[str, Any] = {
+                        "index": i,
+                        "delta": _sglang_delta(role="assistant", content=""),
+                        "logprobs": None,
+                        "finish_reason": None,
+                        "matched_stop": None,
+                    }
+                    chunk: dict[str, Any] = {**head, "choices": [first], "usage": None}
+                else:
+                    first = {
+                        "index": i,
+                        "delta": {"role": "assistant", "content": ""},
+                        "logprobs": None,
+                        "finish_reason": None,
+                    }
+                    chunk = {**head, "choices": [first], "prompt_token_ids": prompt_ids}
+                    chunk["prompt_text"] = None
                 yield f"data: {_dumps(chunk)}\n\n"
             longest = max((len(c.ids) for c in choices), default=0)
             for k in range(longest):
@@ -1101,34 +1380,253 @@ class FakeVLLM:
                         await anyio.sleep(b.chunk_delay_s)
                     tid = c.ids[k]
                     last = k == len(c.ids) - 1
-                    if c.tool_call is not None and k == 0:
-                        delta: dict[str, Any] = {"tool_calls": [{**c.tool_call, "index": 0}]}
-                    elif c.tool_call is not None:
-                        delta = {"content": ""}
+                    out = outcomes[i]
+                    if out.tool_call is not None and k == 0:
+                        delta: dict[str, Any] = (
+                            _sglang_delta(tool_calls=[out.tool_call])
+                            if sglang
+                            else {"tool_calls": [{**out.tool_call, "index": 0}]}
+                        )
                     else:
-                        delta = {"content": self.tokenizer.decode([tid])}
+                        text = "" if out.tool_call is not None else self.tokenizer.decode([tid])
+                        delta = _sglang_delta(content=text) if sglang else {"content": text}
                     lps = lp_content[i]
                     ch: dict[str, Any] = {
                         "index": i,
                         "delta": delta,
                         "logprobs": None if lps is None else {"content": [lps[k]]},
-                        "finish_reason": c.finish_reason if last else None,
+                        "finish_reason": out.finish_reason if last else None,
                     }
+                    if sglang:
+                        ch["matched_stop"] = out.matched_stop if last else None
+                        yield f"data: {_dumps({**head, 'choices': [ch], 'usage': None})}\n\n"
+                        continue
                     if last:
                         ch["stop_reason"] = None
                     ch["token_ids"] = [tid] if return_ids else None
                     yield f"data: {_dumps({**head, 'choices': [ch]})}\n\n"
             if usage is not None:
                 tail = {**head, "choices": [], "usage": usage}
-                tail["system_fingerprint"] = SYSTEM_FINGERPRINT
+                if not sglang:
+                    tail["system_fingerprint"] = SYSTEM_FINGERPRINT
                 yield f"data: {_dumps(tail)}\n\n"
             yield "data: [DONE]\n\n"
         finally:
             self._leave()
 
+    # ------------------------------------------------------------------ completions
+
+    def _completion_prompt(self, prompt: Any) -> list[int]:
+        """One completions prompt: a list of token ids (verbatim) or a string (tokenised; the
+        toy tokenizer adds no special tokens, so ``add_special_tokens`` changes nothing)."""
+        if isinstance(prompt, str) and prompt:
+            return self.tokenizer.encode(prompt)
+        if prompt is None or prompt == "":
+            raise _Reject(
+                _error(
+                    400,
+                    "Either prompt or prompt_embeds must be provided and non-empty.",
+                    param="prompt",
+                )
+            )
+        if isinstance(prompt, list) and all(
+            isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt
+        ):
+            if prompt:
+                return list(prompt)
+        raise _Reject(
+            _error(
+                400,
+                "prompt must be a non-empty string or a list of non-negative token ids (the fake "
+                "takes one prompt per request)",
+                param="prompt",
+            )
+        )
+
+    def _completion_logprobs(self, choice: _Choice, top: int, as_token_ids: bool) -> dict[str, Any]:
+        """vLLM's ``CompletionLogProbs`` for one choice. Per position: the sampled token, its
+        logprob, and a dict holding the sampled token plus the ``top`` best alternatives (the
+        same scores as chat). Tokens are ``token_id:N`` (the server's
+        ``--return-tokens-as-token-ids``) unless the request turns that off; ``text_offset``
+        adds up the lengths of those token strings, as vLLM does. Chat's logprob faults
+        (``shift_logprobs``, ``*_logprob_at``) apply to ``token_logprobs``."""
+        tok = self.tokenizer
+
+        def name(token_id: int) -> str:
+            return f"token_id:{token_id}" if as_token_ids else tok.piece(token_id)
+
+        rows: list[tuple[str, float | None, dict[str, float]]] = []
+        for tid, (lp, alts) in zip(choice.ids, choice.scores, strict=True):
+            chosen = max(lp, _LOGPROB_FLOOR)
+            tops = {name(tid): chosen}
+            for t, v in alts[:top]:
+                tops.setdefault(name(t), max(v, _LOGPROB_FLOOR))
+            rows.append((name(tid), chosen, tops))
+        b = self.behavior
+        if b.shift_logprobs and rows:
+            rows = rows[1:] + rows[:1]
+        for at, value in (
+            (b.null_logprob_at, None),
+            (b.nonfinite_logprob_at, math.nan),
+            (b.positive_logprob_at, 0.5),
+        ):
+            if at is not None and -len(rows) <= at < len(rows):
+                token, _, tops = rows[at]
+                rows[at] = (token, value, tops)
+        offsets: list[int] = []
+        pos = 0
+        for token, _, _ in rows:
+            offsets.append(pos)
+            pos += len(token)
+        return {
+            "text_offset": offsets,
+            "token_logprobs": [r[1] for r in rows],
+            "tokens": [r[0] for r in rows],
+            "top_logprobs": [r[2] for r in rows],
+        }
+
+    async def _text_complete(self, body: Any) -> tuple[Response, bool]:
+        """``POST /v1/completions`` (vLLM 0.32's ``CompletionRequest``; SGLang's shape with
+        ``engine="sglang"``). Sampling goes through the same :meth:`_generate` as chat, so the
+        same prompt ids, seed and temperature give the same ids and logprobs. There is no tool
+        parsing: a sampled tool call is hermes text. No streaming (``stream: true`` is a 400)."""
+        b = self.behavior
+        sglang = b.engine == "sglang"
+        body = self._check_body(body)
+        model = self._check_model(body)
+        if body.get("stream"):
+            raise _Reject(
+                _error(
+                    400,
+                    "The fake does not stream /v1/completions; send stream: false.",
+                    param="stream",
+                )
+            )
+        prompt_ids = self._completion_prompt(body.get("prompt"))
+        top = body.get("logprobs")
+        if top is not None:
+            if not isinstance(top, int | float) or int(top) != top:
+                raise _Reject(_error(400, "`logprobs` must be an integer.", param="logprobs"))
+            top = int(top)
+            if top < 0 and top != -1:
+                raise _Reject(
+                    _error(
+                        400,
+                        f"`logprobs` must be a positive value or -1. "
+                        f"(parameter=logprobs, value={top})",
+                        param="logprobs",
+                    )
+                )
+        n = _int_param(body, "n")
+        n = 1 if n is None else n
+        if n < 1:
+            raise _Reject(_error(400, f"n must be at least 1, got {n}.", param="n"))
+        # chat's validation and sampling parameters, with completions' names and defaults
+        sampling = {
+            k: v
+            for k, v in body.items()
+            if k not in ("max_completion_tokens", "logprobs", "top_logprobs")
+        }
+        if sampling.get("max_tokens") is None:
+            sampling["max_tokens"] = DEFAULT_COMPLETION_MAX_TOKENS
+        sampling["logprobs"] = top is not None
+        sampling["top_logprobs"] = top
+        params = self._params(sampling, len(prompt_ids))
+        plan = self._prompt_tool_plan(prompt_ids)
+
+        scripted = b.scripted_replies.pop(0) if b.scripted_replies and not b.no_choices else None
+        choices = (
+            []
+            if b.no_choices
+            else [self._generate(prompt_ids, params, plan, i, scripted) for i in range(n)]
+        )
+        return_ids = bool(body.get("return_token_ids")) and not b.ignore_return_token_ids
+        skip = body.get("skip_special_tokens")
+        skip = True if skip is None else bool(skip)
+        as_ids = body.get("return_tokens_as_token_ids")
+        as_ids = True if as_ids is None else bool(as_ids)
+        completion_tokens = sum(len(c.ids) for c in choices)
+        self.stats["ok"] += 1
+        self.stats["prompt_tokens"] += len(prompt_ids)
+        self.stats["completion_tokens"] += completion_tokens
+        cid = f"cmpl-{_hex16()}"
+        created = int(time.time())
+        if b.invalid_json:
+            broken = f'{{"id":"{cid}","object":"text_completion","choices":[{{"index":0,'
+            return Response(broken.encode(), media_type="application/json"), False
+
+        out_choices = []
+        for i, c in enumerate(choices):
+            text = self.tokenizer.decode(c.ids, skip_special_tokens=skip)
+            logprobs = (
+                None if top is None else self._completion_logprobs(c, params.top_logprobs, as_ids)
+            )
+            if sglang:
+                stopped = c.finish_reason == "stop" and bool(c.ids) and c.ids[-1] == EOS_ID
+                choice: dict[str, Any] = {
+                    "index": i,
+                    "text": text,
+                    "logprobs": logprobs,
+                    "finish_reason": c.finish_reason,
+                    "matched_stop": EOS_ID if stopped else None,
+                }
+                if return_ids:
+                    choice["token_ids"] = list(c.ids)
+                    choice["prompt_token_ids"] = list(prompt_ids)
+            else:
+                choice = {
+                    "index": i,
+                    "text": text,
+                    "logprobs": logprobs,
+                    "finish_reason": c.finish_reason,
+                    "stop_reason": None,
+                    "token_ids": list(c.ids) if return_ids else None,
+                    "prompt_logprobs": None,
+                    "prompt_token_ids": list(prompt_ids) if return_ids else None,
+                    "routed_experts": None,
+                }
+            out_choices.append(choice)
+        usage = _usage(len(prompt_ids), completion_tokens, sglang)
+        head = {"id": cid, "object": "text_completion", "created": created, "model": model}
+        if sglang:
+            payload = {
+                **head,
+                "choices": out_choices,
+                "usage": usage,
+                "metadata": {"weight_version": SGLANG_WEIGHT_VERSION},
+            }
+        else:
+            payload = {
+                **head,
+                "choices": out_choices,
+                "service_tier": None,
+                "system_fingerprint": SYSTEM_FINGERPRINT,
+                "usage": usage,
+                "kv_transfer_params": None,
+                "ec_transfer_params": None,
+                "metrics": None,
+            }
+        return _json(payload), False
+
+    # ------------------------------------------------------------------ other routes
+
     async def _models(self, request: Request) -> Response:
         self.stats["requests"] += 1
         now = int(time.time())
+        if self.behavior.engine == "sglang":
+            cards = [
+                {
+                    "id": name,
+                    "object": "model",
+                    "created": now,
+                    "owned_by": "sglang",
+                    "root": self.root,
+                    "parent": None,
+                    "max_model_len": self.max_model_len,
+                }
+                for name in self.behavior.served_models
+            ]
+            return _json({"object": "list", "data": cards})
         data = [
             {
                 "id": name,
@@ -1194,18 +1692,26 @@ class FakeVLLM:
         return body
 
     async def _tokenize(self, request: Request) -> Response:
+        """vLLM's ``/tokenize`` (prompt, or messages rendered like a chat request). SGLang's has
+        no ``add_generation_prompt``: messages always get the generation prompt, and the reply
+        is ``{tokens, count, max_model_len}``."""
         self.stats["requests"] += 1
+        sglang = self.behavior.engine == "sglang"
         try:
             body = await self._read_json(request)
             self._check_model(body)
             if "messages" in body:
+                tools = body.get("tools")
+                add = True if sglang else bool(body.get("add_generation_prompt", True))
                 ids = self.render_prompt(
-                    body["messages"], bool(body.get("add_generation_prompt", True))
+                    body["messages"], add, tools=tools if isinstance(tools, list) else None
                 )
             else:
                 ids = self.tokenizer.encode(str(body.get("prompt", "")))
         except _Reject as rej:
             return rej.response
+        if sglang:
+            return _json({"tokens": ids, "count": len(ids), "max_model_len": self.max_model_len})
         strs = [self.tokenizer.piece(t) for t in ids] if body.get("return_token_strs") else None
         return _json(
             {
@@ -1227,6 +1733,10 @@ class FakeVLLM:
         bad = [t for t in tokens if not isinstance(t, int) or not 0 <= t < VOCAB_SIZE]
         if bad:
             return _error(400, f"Token id {bad[0]} is out of vocabulary", param="tokens")
+        if self.behavior.engine == "sglang":
+            skip = body.get("skip_special_tokens")
+            skip = True if skip is None else bool(skip)
+            return _json({"text": self.tokenizer.decode(tokens, skip_special_tokens=skip)})
         return _json({"prompt": self.tokenizer.decode(tokens, skip_special_tokens=False)})
 
     async def _health(self, request: Request) -> Response:

@@ -155,6 +155,7 @@ async def run_parity(
     tolerance: float = 1e-3,
     rescore_tokens: bool = True,
     token_in: str = "auto",
+    token_in_path: str | None = None,
 ) -> ParityReport:
     """Capture a conversation through the proxy and re-score it (unless ``rescore_tokens`` is
     False: then only the capture). Never raises for engine trouble."""
@@ -169,7 +170,7 @@ async def run_parity(
         return report
     upstream = Upstream(llm_url, api_key=api_key)
     proxy = CaptureProxy(
-        certified_config(llm_url, cert, token_in=token_in),
+        certified_config(llm_url, cert, token_in=token_in, token_in_path=token_in_path),
         upstream=upstream,
     )
     try:

@@ -21,7 +21,6 @@ Everything here is pure: :func:`plan_call` decides (parent or fallback with a re
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -281,14 +280,3 @@ def _nth(ids: Sequence[int], token: int, n: int) -> int | None:
             if seen == n:
                 return i
     return None
-
-
-def clamp_max_tokens(body: Mapping[str, Any], prompt_len: int, max_model_len: int | None) -> Any:
-    """``max_tokens`` that still fits after splicing (None: leave it to the engine)."""
-    wanted = body.get("max_tokens") or body.get("max_completion_tokens")
-    if max_model_len is None:
-        return wanted
-    room = max_model_len - prompt_len
-    if room < 1:
-        raise Fallback("context_full", f"the spliced prompt ({prompt_len}) fills the context")
-    return room if wanted is None else min(int(wanted), room) if math.isfinite(room) else wanted

@@ -1,0 +1,203 @@
+"""Token-in by each engine path, through the proxy with the official openai SDK against the fake
+vLLM: an engine whose chat ignores the token prompt splices over /v1/completions with tool calls
+parsed by the proxy; an SGLang-shaped engine splices with ``input_ids``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+
+from rollwire.capture.certify import validate_llm
+from rollwire.capture.proxy import CaptureProxy, ProxyConfig, certified_config
+from rollwire.capture.rollout import CaptureLevel
+from tests.capture.test_token_in import TOOLS, carried_ok, converse
+from tests.fakes.serve import serve_in_thread
+from tests.fakes.vllm import FakeVLLM
+
+
+@pytest.fixture
+def fake() -> Iterator[tuple[FakeVLLM, str]]:
+    vllm = FakeVLLM()
+    with serve_in_thread(vllm.app) as url:
+        yield vllm, url
+
+
+def served(url: str, path: str, **settings: object):
+    config = ProxyConfig(
+        llm_url=url + "/v1",
+        capture_level=CaptureLevel.TOKENS,
+        token_in="auto",
+        token_in_path=path,
+        **settings,
+    )
+    return serve_in_thread(CaptureProxy(config).app)
+
+
+def completions_engine(vllm: FakeVLLM) -> None:
+    """A vLLM whose chat ignores kv_transfer_params, with a template that offers the tools in
+    the prompt and drops tool calls from history, sampling splits re-tokenising would not give."""
+    vllm.behavior.update(
+        ignore_token_prompt=True,
+        tools_in_prompt=True,
+        tool_call_every_turn=True,
+        drop_tool_calls_in_history=True,
+        noncanonical_split=True,
+    )
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_completions_path_keeps_a_tool_conversation_one_sequence(fake, stream):
+    vllm, url = fake
+    completions_engine(vllm)
+    with served(url, "completions") as root:
+        doc = converse(root, turns=4, stream=stream, tools=True)
+    stats = doc["stats"]
+    assert stats["roots"] == 1 and stats["retokenized"] == 0
+    assert stats["trainable_sequences"] == 1
+    assert stats["token_in"] == {"rendered": 1, "spliced": 3}
+    assert {t["token_in_path"] for t in doc["turns"][1:]} == {"completions"}
+    assert carried_ok(doc)
+    assert vllm.stats["completions"] == 3
+
+
+def test_completions_path_is_what_fragments_without_token_in(fake):
+    vllm, url = fake
+    completions_engine(vllm)
+    config = ProxyConfig(llm_url=url + "/v1", capture_level=CaptureLevel.TOKENS, token_in="off")
+    with serve_in_thread(CaptureProxy(config).app) as root:
+        doc = converse(root, turns=4, tools=True)
+    assert doc["stats"]["roots"] > 1
+
+
+def test_completions_path_gives_the_client_the_tool_calls_chat_would(fake):
+    vllm, url = fake
+    completions_engine(vllm)
+    with served(url, "completions") as root:
+        sid = httpx.post(f"{root}/sessions").json()["session_id"]
+        client = openai.OpenAI(base_url=f"{root}/v1", api_key=sid, max_retries=0)
+        messages: list = [{"role": "user", "content": "Look up a word."}]
+        first = client.chat.completions.create(
+            model="any", messages=messages, tools=TOOLS, max_tokens=40, seed=1
+        )
+        call = first.choices[0].message.tool_calls[0]
+        messages += [
+            first.choices[0].message.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": call.id, "content": "a guess"},
+            {"role": "user", "content": "And another."},
+        ]
+        second = client.chat.completions.create(
+            model="any", messages=messages, tools=TOOLS, max_tokens=40, seed=2
+        )
+        doc = httpx.get(f"{root}/sessions/{sid}/rollout").json()
+    assert doc["turns"][1]["token_in_mode"] == "spliced"
+    choice = second.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.tool_calls[0].function.name == "lookup"
+    assert choice.message.content is None
+
+
+def test_completions_path_falls_back_for_a_forced_tool_choice(fake):
+    vllm, url = fake
+    completions_engine(vllm)
+    with served(url, "completions") as root:
+        sid = httpx.post(f"{root}/sessions").json()["session_id"]
+        client = openai.OpenAI(base_url=f"{root}/v1", api_key=sid, max_retries=0)
+        messages: list = [{"role": "user", "content": "Hello there."}]
+        first = client.chat.completions.create(
+            model="any", messages=messages, tools=TOOLS, tool_choice="none", max_tokens=8
+        )
+        messages += [
+            first.choices[0].message.model_dump(exclude_none=True),
+            {"role": "user", "content": "Now look it up."},
+        ]
+        client.chat.completions.create(
+            model="any", messages=messages, tools=TOOLS, tool_choice="required", max_tokens=40
+        )
+        doc = httpx.get(f"{root}/sessions/{sid}/rollout").json()
+    turn = doc["turns"][1]
+    assert turn["token_in_mode"] == "fallback:tool_choice_forced"
+    assert "token_in_fallback" in [f["code"] for f in turn["findings"]]
+    assert vllm.stats["completions"] == 0
+
+
+def test_completions_path_asks_for_the_room_left_when_the_caller_sets_no_max_tokens(fake):
+    vllm, url = fake
+    completions_engine(vllm)
+    with served(url, "completions") as root:
+        sid = httpx.post(f"{root}/sessions").json()["session_id"]
+        client = openai.OpenAI(base_url=f"{root}/v1", api_key=sid, max_retries=0)
+        messages: list = [{"role": "user", "content": "Hello there."}]
+        first = client.chat.completions.create(model="any", messages=messages)
+        messages += [
+            first.choices[0].message.model_dump(exclude_none=True),
+            {"role": "user", "content": "More."},
+        ]
+        client.chat.completions.create(model="any", messages=messages)
+        doc = httpx.get(f"{root}/sessions/{sid}/rollout").json()
+    sent = next(r["body"] for r in vllm.request_log if r["path"] == "/v1/completions")
+    assert sent["max_tokens"] == vllm.max_model_len - len(sent["prompt"])
+    assert doc["turns"][1]["token_in_mode"] == "spliced"
+
+
+def test_sglang_chat_path_keeps_a_tool_conversation_one_sequence(fake):
+    vllm, url = fake
+    vllm.behavior.update(
+        engine="sglang",
+        tool_call_every_turn=True,
+        drop_tool_calls_in_history=True,
+        noncanonical_split=True,
+    )
+    with served(url, "sglang_chat") as root:
+        doc = converse(root, turns=4, tools=True)
+    stats = doc["stats"]
+    assert stats["roots"] == 1 and stats["trainable_sequences"] == 1
+    assert stats["token_in"] == {"rendered": 1, "spliced": 3}
+    assert {t["token_in_path"] for t in doc["turns"][1:]} == {"sglang_chat"}
+    assert carried_ok(doc)
+
+
+@pytest.mark.anyio
+async def test_certification_lists_chat_and_completions_on_vllm(fake):
+    _, url = fake
+    cert = await validate_llm(url + "/v1", probe_tools=False)
+    assert cert.token_in_paths == ["vllm_chat", "completions"]
+
+
+@pytest.mark.anyio
+async def test_certification_finds_completions_when_chat_ignores_the_token_prompt(fake):
+    vllm, url = fake
+    vllm.behavior.update(ignore_token_prompt=True)
+    cert = await validate_llm(url + "/v1", probe_tools=False)
+    assert cert.token_in_paths == ["completions"]
+    assert certified_config(url, cert).token_in_path == "completions"
+
+
+@pytest.mark.anyio
+async def test_certification_finds_sglang_input_ids(fake):
+    vllm, url = fake
+    vllm.behavior.update(engine="sglang")
+    cert = await validate_llm(url + "/v1", probe_tools=False)
+    assert cert.token_in_paths[0] == "sglang_chat"
+    assert cert.capture_level is CaptureLevel.TOKENS
+
+
+@pytest.mark.anyio
+async def test_certification_names_why_no_path_works(fake):
+    vllm, url = fake
+    vllm.behavior.update(ignore_token_prompt=True, reject_param="prompt")
+    cert = await validate_llm(url + "/v1", probe_tools=False)
+    assert not cert.token_in and cert.token_in_paths == []
+    for name in ("vllm_chat", "sglang_chat", "completions"):
+        assert name in cert.token_in_reason
+
+
+@pytest.mark.anyio
+async def test_a_path_the_engine_does_not_honour_is_refused(fake):
+    vllm, url = fake
+    vllm.behavior.update(ignore_token_prompt=True)
+    cert = await validate_llm(url + "/v1", probe_tools=False)
+    with pytest.raises(ValueError, match=r"token_in_path='vllm_chat'.*completions"):
+        certified_config(url, cert, token_in_path="vllm_chat")
