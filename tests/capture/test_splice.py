@@ -147,6 +147,18 @@ def test_stripped_reasoning_forks_under_the_fork_policy_and_splices_under_keep()
     assert exc.value.reason == "reasoning_stripped"
 
 
+def test_vllm_032_reasoning_key_is_the_same_reasoning_as_reasoning_content():
+    # vLLM 0.32 returns the parsed reasoning as message.reasoning (fixture 02 shows the key)
+    reply = {"role": "assistant", "content": "42", "reasoning": "6 times 7"}
+    mem = memory([USER], reply, sampled("42"))
+    stripped = {"role": "assistant", "content": "42", "reasoning": None}
+    body = {"messages": [USER, stripped, {"role": "user", "content": "why?"}]}
+    assert plan_call(body, [mem], reasoning="keep").memory is mem
+    with pytest.raises(Fallback) as exc:
+        plan_call(body, [mem], reasoning="fork")
+    assert exc.value.reason == "reasoning_stripped"
+
+
 def test_the_parent_is_the_longest_matching_history():
     first = {"role": "assistant", "content": "A."}
     m1 = memory([USER], first, sampled("A."))

@@ -201,3 +201,28 @@ async def test_a_path_the_engine_does_not_honour_is_refused(fake):
     cert = await validate_llm(url + "/v1", probe_tools=False)
     with pytest.raises(ValueError, match=r"token_in_path='vllm_chat'.*completions"):
         certified_config(url, cert, token_in_path="vllm_chat")
+
+
+@pytest.mark.anyio
+async def test_certification_finds_the_tool_parser_that_reads_the_engine_calls(fake):
+    vllm, url = fake
+    vllm.behavior.update(ignore_token_prompt=True)
+    cert = await validate_llm(url + "/v1", probe_tools=False)
+    assert cert.tool_parser == "hermes"
+    assert "tool_parser" in [f.code for f in cert.findings]
+    assert certified_config(url, cert).tool_parser == "hermes"
+
+
+@pytest.mark.anyio
+async def test_completions_path_is_withdrawn_when_no_parser_reads_the_engine_calls(
+    fake, monkeypatch
+):
+    vllm, url = fake
+    vllm.behavior.update(ignore_token_prompt=True)
+    # the engine writes its calls in a format none of our parsers knows
+    monkeypatch.setattr(
+        "tests.fakes.vllm.tool_call_text", lambda name, arguments: f"[[call {name} {arguments}]]"
+    )
+    cert = await validate_llm(url + "/v1", probe_tools=False)
+    assert "completions" not in cert.token_in_paths and not cert.token_in
+    assert "tool_parser_unknown" in [f.code for f in cert.findings]

@@ -16,6 +16,7 @@ from rollwire.capture.splice import Fallback
 from rollwire.capture.token_paths import (
     PATH_ORDER,
     PATHS,
+    TOOL_PARSERS,
     Parsers,
     chat_from_completion,
     completion_request,
@@ -168,14 +169,26 @@ def test_completion_reply_ingests_as_a_trainable_turn():
 def test_completion_text_without_tools_is_plain_content():
     reply = completion_of("02_chat_T1.0_token_ids_logprobs.json", "Just text.")
     chat = chat_from_completion(reply, {}, Parsers())
-    assert chat["choices"][0]["message"] == {"role": "assistant", "content": "Just text."}
+    message = chat["choices"][0]["message"]
+    assert message["content"] == "Just text." and "tool_calls" not in message
+
+
+def test_completion_reply_has_the_shape_of_a_recorded_vllm_chat_reply():
+    recorded = _fixture("02_chat_T1.0_token_ids_logprobs.json")["response"]["body"]
+    reply = completion_of("02_chat_T1.0_token_ids_logprobs.json", "Just text.")
+    chat = chat_from_completion(reply, {"top_logprobs": 3}, Parsers())
+    assert list(chat) == list(recorded)
+    assert list(chat["choices"][0]) == list(recorded["choices"][0])
+    assert list(chat["choices"][0]["message"]) == list(recorded["choices"][0]["message"])
+    entry, want = chat["choices"][0]["logprobs"]["content"][0], recorded["choices"][0]["logprobs"]
+    assert list(entry) == list(want["content"][0])
 
 
 def test_think_parser_splits_reasoning_from_content():
     reply = completion_of("02_chat_T1.0_token_ids_logprobs.json", "<think>\nhmm\n</think>\n\nYes.")
     chat = chat_from_completion(reply, {}, Parsers(reasoning="think"))
     message = chat["choices"][0]["message"]
-    assert message["reasoning_content"] == "hmm"
+    assert message["reasoning"] == "hmm"
     assert message["content"] == "Yes."
 
 
@@ -220,3 +233,31 @@ def test_sglang_reply_is_normalised_to_vllm_shape():
 def test_vllm_reply_is_left_unchanged_by_normalisation():
     reply = _fixture("02_chat_T1.0_token_ids_logprobs.json")["response"]["body"]
     assert normalise_reply(reply) is reply
+
+
+def test_hermes_parser_serialises_arguments_as_vllm_does():
+    # fixture 05a: the model wrote a JSON string as arguments; vLLM returns it JSON-encoded
+    recorded = _fixture("05a_tool_call_named.json")["response"]["body"]["choices"][0]
+    text = '<tool_call>\n{"name": "get_weather", "arguments": "lema"}\n</tool_call>'
+    content, calls = TOOL_PARSERS["hermes"](text)
+    expected = recorded["message"]["tool_calls"][0]["function"]
+    assert calls[0]["function"] == {"name": expected["name"], "arguments": expected["arguments"]}
+    assert content is None
+
+
+def test_hermes_parser_keeps_the_text_before_the_first_call_verbatim():
+    content, calls = TOOL_PARSERS["hermes"]('Sure.\n<tool_call>{"name": "f", "arguments": {}}')
+    assert content == "Sure.\n"
+    assert [c["function"]["name"] for c in calls] == ["f"]  # an unclosed last call still counts
+
+
+def test_hermes_parser_reads_nothing_when_one_call_is_not_json():
+    text = '<tool_call>{"name": "f", "arguments": {}}</tool_call><tool_call>{oops</tool_call>'
+    assert TOOL_PARSERS["hermes"](text) == (text, [])
+
+
+def test_hermes_parser_writes_non_ascii_arguments_unescaped():
+    _, calls = TOOL_PARSERS["hermes"](
+        '<tool_call>{"name": "f", "arguments": {"c": "Zürich"}}</tool_call>'
+    )
+    assert calls[0]["function"]["arguments"] == '{"c": "Zürich"}'

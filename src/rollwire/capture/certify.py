@@ -12,6 +12,7 @@ never invented from an error's prose.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from enum import StrEnum
@@ -23,7 +24,14 @@ from rollwire.capture.dialects.chat import NO_OP_SAMPLING
 from rollwire.capture.findings import Finding, fatal, has_fatal, info, warn
 from rollwire.capture.ingest import check_logprobs
 from rollwire.capture.rollout import CaptureLevel
-from rollwire.capture.token_paths import PATH_ORDER, PATHS, Parsers, normalise_reply
+from rollwire.capture.token_paths import (
+    CLOSE_TEXT,
+    PATH_ORDER,
+    PATHS,
+    TOOL_PARSERS,
+    Parsers,
+    normalise_reply,
+)
 from rollwire.capture.upstream import Upstream, UpstreamError
 
 PROBE_MESSAGES = [{"role": "user", "content": "Name one colour of the sky."}]
@@ -83,6 +91,12 @@ class Certification(BaseModel):
         "prompt_token_ids, echoed back): token-in continuation can splice",
     )
     token_in_reason: str | None = None
+    tool_parser: str | None = Field(
+        default=None,
+        description="the tool parser (rollwire.capture.token_paths.TOOL_PARSERS) that reads the "
+        "engine's own tool calls as the engine does, checked when the completions path works "
+        "(on that path the proxy parses replies itself)",
+    )
     token_in_paths: list[str] = Field(
         default_factory=list,
         description="the ways this engine takes a token prompt, best first "
@@ -330,6 +344,11 @@ async def _certify(upstream: Upstream, model: str | None, probe_tools: bool) -> 
         cert.findings.extend(tool_findings)
     if cert.capture_level is CaptureLevel.TOKENS:
         cert.token_in_paths, cert.token_in_reason = await _probe_token_in(prober, cert.model)
+        if "completions" in cert.token_in_paths:
+            cert.tool_parser, parser_finding = await _probe_tool_parser(prober, cert.model)
+            cert.findings.append(parser_finding)
+            if cert.tool_parser is None and parser_finding.level == "WARN":
+                cert.token_in_paths.remove("completions")
         cert.token_in = bool(cert.token_in_paths)
         if cert.token_in:
             cert.close_token_id = await _probe_close_token(prober, cert.model)
@@ -400,6 +419,60 @@ async def _probe_token_in(prober: _Prober, model: str) -> tuple[list[str], str |
             continue
         works.append(name)
     return works, None if works else "; ".join(why)
+
+
+async def _probe_tool_parser(prober: _Prober, model: str) -> tuple[str | None, Finding]:
+    """Which of our tool parsers reads the engine's own tool call as the engine does? Force a
+    call on chat, detokenize what the model sampled, parse it with each parser and compare
+    with the engine's ``tool_calls`` (name and arguments as JSON). The completions path needs
+    one: there the proxy, not the engine, parses the reply."""
+    name = TOOL_MANIFEST[0]["function"]["name"]
+    body = {
+        "model": model,
+        "messages": TOOL_PROBE_MESSAGES,
+        "tools": TOOL_MANIFEST,
+        "tool_choice": {"type": "function", "function": {"name": name}},
+        "max_tokens": 64,
+        "temperature": 0.0,
+        "return_token_ids": True,
+        "skip_special_tokens": False,
+    }
+    try:
+        reply = await prober.chat(body)
+        choice = reply["choices"][0]
+        engine_calls = choice["message"].get("tool_calls") or []
+        ids = choice.get("token_ids")
+        if not engine_calls or not isinstance(ids, list):
+            raise KeyError("no tool call with token ids")
+        text = await prober.upstream.detokenize(model, ids)
+    except (UpstreamError, KeyError, IndexError, TypeError, AttributeError) as exc:
+        msg = (
+            f"could not check the tool parser for the completions token-in path ({exc}): "
+            "tool calls there are read with the configured parser, unverified"
+        )
+        return None, info("tool_parser_unverified", msg)
+    want = [_call_key(c) for c in engine_calls]
+    text = CLOSE_TEXT.sub("", text)
+    for parser_name, parser in TOOL_PARSERS.items():
+        _, calls = parser(text)
+        if calls and [_call_key(c) for c in calls] == want:
+            msg = f"the {parser_name!r} tool parser reads the engine's tool calls as it does"
+            return parser_name, info("tool_parser", msg)
+    msg = (
+        f"none of the tool parsers {sorted(TOOL_PARSERS)} reads the engine's own tool call "
+        f"({text[:120]!r}) as it does: the completions token-in path is not offered"
+    )
+    return None, warn("tool_parser_unknown", msg)
+
+
+def _call_key(call: Any) -> tuple[Any, Any]:
+    fn = call.get("function") or {} if isinstance(call, dict) else {}
+    args = fn.get("arguments")
+    try:
+        args = json.loads(args) if isinstance(args, str) else args
+    except ValueError:
+        pass
+    return fn.get("name"), args
 
 
 async def _probe_close_token(prober: _Prober, model: str) -> int | None:

@@ -84,6 +84,7 @@ def certified_config(llm_url: str, cert: Certification, **settings: Any) -> Prox
     and token-in continuation when the engine takes a token prompt at the tokens tier."""
     token_in = settings.pop("token_in", "auto")
     path = settings.pop("token_in_path", None)
+    tool_parser = settings.pop("tool_parser", None) or cert.tool_parser or "hermes"
     if token_in == "required" and not cert.token_in:
         raise ValueError(
             f"token_in=required, but {llm_url} does not take a token prompt ({cert.token_in_reason})"
@@ -103,6 +104,7 @@ def certified_config(llm_url: str, cert: Certification, **settings: Any) -> Prox
         token_in=token_in,
         close_token_id=cert.close_token_id,
         token_in_path=path or (cert.token_in_paths[0] if cert.token_in_paths else None),
+        tool_parser=tool_parser,
         **settings,
     )
 

@@ -34,6 +34,9 @@ ReasoningPolicy = Literal["keep", "fork"]
 _WIRE_ONLY = frozenset({"refusal", "annotations", "audio", "function_call", "name", "index"})
 
 
+_TEXT_KEYS = frozenset({"content", "tool_calls", "reasoning_content", "reasoning"})
+
+
 class Fallback(Exception):
     """This call cannot be spliced; ``reason`` names why (recorded as ``fallback:<reason>``)."""
 
@@ -83,10 +86,13 @@ def normalise_message(message: Mapping[str, Any], *, with_reasoning: bool) -> An
         ]
     if message.get("tool_call_id") is not None:
         out["tool_call_id"] = message.get("tool_call_id")
-    if with_reasoning and message.get("reasoning_content"):
-        out["reasoning_content"] = message.get("reasoning_content")
+    # vLLM 0.32 names the parsed reasoning ``reasoning``; older vLLM and SGLang
+    # ``reasoning_content``: one thing, compared under one key.
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
+    if with_reasoning and reasoning:
+        out["reasoning_content"] = reasoning
     for key, value in message.items():
-        if key in out or key in _WIRE_ONLY or key in ("content", "tool_calls", "reasoning_content"):
+        if key in out or key in _WIRE_ONLY or key in _TEXT_KEYS:
             continue
         if value is not None:
             out[key] = value

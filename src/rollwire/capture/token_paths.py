@@ -22,13 +22,14 @@ checks the echo.
 
 from __future__ import annotations
 
+import json
 import math
 import re
+import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rollwire.capture.dialects import hermes
 from rollwire.capture.splice import Fallback
 
 # Sampling fields a chat request shares with completions (copied when present).
@@ -50,16 +51,45 @@ _SAMPLING = (
 # ---- parsers ------------------------------------------------------------------------------------
 
 
-def _no_tools(text: str) -> tuple[str, list[dict[str, Any]]]:
+def _no_tools(text: str) -> tuple[str | None, list[dict[str, Any]]]:
     return text, []
 
 
-ToolParser = Callable[[str], tuple[str, list[dict[str, Any]]]]
+_HERMES = re.compile(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)", re.DOTALL)
+
+
+def _hermes(text: str) -> tuple[str | None, list[dict[str, Any]]]:
+    """vLLM's ``hermes`` parser, as its ``Hermes2ProToolParser.extract_tool_calls`` reads a
+    finished reply: every ``<tool_call>`` body (the last may be unclosed) must be JSON with a
+    ``name``, or nothing is a call and the whole text is content; arguments are re-serialised
+    (``json.dumps(..., ensure_ascii=False)``); content is the text before the first tag, or None."""
+    if "<tool_call>" not in text:
+        return text, []
+    try:
+        found = [json.loads(a or b) for a, b in _HERMES.findall(text)]
+        calls = [
+            {
+                "id": f"chatcmpl-tool-{secrets.token_hex(8)}",
+                "type": "function",
+                "function": {
+                    "name": str(obj["name"]),
+                    "arguments": json.dumps(obj["arguments"], ensure_ascii=False),
+                },
+            }
+            for obj in found
+        ]
+    except (ValueError, KeyError, TypeError):
+        return text, []
+    content = text[: text.find("<tool_call>")]
+    return content or None, calls
+
+
+ToolParser = Callable[[str], tuple[str | None, list[dict[str, Any]]]]
 ReasoningParser = Callable[[str], tuple[str | None, str]]
 
 TOOL_PARSERS: dict[str, ToolParser] = {
     # vLLM/SGLang ``hermes``: <tool_call>{"name": ..., "arguments": {...}}</tool_call>
-    "hermes": hermes.parse_calls,
+    "hermes": _hermes,
     "none": _no_tools,
 }
 
@@ -314,7 +344,7 @@ def _finite(value: Any) -> float:
     return float(value) if isinstance(value, int | float) and math.isfinite(value) else -math.inf
 
 
-_CLOSE_TEXT = re.compile(r"(<\|im_end\|>|<\|eot_id\|>|<\|end\|>|</s>)\s*$")
+CLOSE_TEXT = re.compile(r"(<\|im_end\|>|<\|eot_id\|>|<\|end\|>|</s>)\s*$")
 
 
 def chat_from_completion(reply: Any, body: Mapping[str, Any], parsers: Parsers) -> Any:
@@ -329,24 +359,30 @@ def chat_from_completion(reply: Any, body: Mapping[str, Any], parsers: Parsers) 
     if body.get(
         "tools"
     ):  # special tokens were kept for the parser: a trailing close is not content
-        text = _CLOSE_TEXT.sub("", text)
+        text = CLOSE_TEXT.sub("", text)
     reasoning, rest = REASONING_PARSERS[parsers.reasoning](text)
     calls: list[dict[str, Any]] = []
     content: str | None = rest
     if body.get("tools") and body.get("tool_choice") != "none":
         content, calls = TOOL_PARSERS[parsers.tool](rest)
-        if calls:
-            content = content or None
-    message: dict[str, Any] = {"role": "assistant", "content": content}
+    # vLLM 0.32's chat message, key for key (fixtures 02, 05a)
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": content,
+        "refusal": None,
+        "annotations": None,
+        "audio": None,
+        "function_call": None,
+    }
     if calls:
         message["tool_calls"] = calls
-    if reasoning is not None:
-        message["reasoning_content"] = reasoning
+    message["reasoning"] = reasoning
     finish = choice.get("finish_reason")
     if calls and finish == "stop":
         finish = "tool_calls"
     top = body.get("top_logprobs")
     rid = str(reply.get("id") or "")
+    # vLLM 0.32's chat reply, key for key (fixture 02)
     return {
         "id": "chatcmpl-" + rid.removeprefix("cmpl-"),
         "object": "chat.completion",
@@ -362,11 +398,18 @@ def chat_from_completion(reply: Any, body: Mapping[str, Any], parsers: Parsers) 
                 "finish_reason": finish,
                 "stop_reason": choice.get("stop_reason"),
                 "token_ids": choice.get("token_ids"),
+                "routed_experts": None,
             }
         ],
+        "service_tier": reply.get("service_tier"),
         "system_fingerprint": reply.get("system_fingerprint"),
         "usage": reply.get("usage"),
+        "prompt_logprobs": None,
         "prompt_token_ids": choice.get("prompt_token_ids"),
+        "prompt_text": None,
+        "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "metrics": None,
     }
 
 

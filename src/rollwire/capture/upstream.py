@@ -103,6 +103,17 @@ class Upstream:
             raise UpstreamError("invalid_json", "upstream /tokenize answered without 'tokens'")
         return tokens
 
+    async def detokenize(self, model: str, tokens: list[int]) -> str:
+        """``POST /detokenize`` -> the text of ``tokens`` (vLLM answers ``prompt``, SGLang
+        ``text``)."""
+        data = await self.request_json(
+            "POST", self.root_url + "/detokenize", {"model": model, "tokens": tokens}
+        )
+        text = data.get("prompt", data.get("text")) if isinstance(data, dict) else None
+        if not isinstance(text, str):
+            raise UpstreamError("invalid_json", "upstream /detokenize answered without text")
+        return text
+
     async def model_cards(self) -> list[dict[str, Any]]:
         """The model cards of ``GET /models`` (each has an ``id``)."""
         data = await self.request_json("GET", "/models")

@@ -233,9 +233,9 @@ def _endpoint_args(parser: argparse.ArgumentParser, *, required: bool = True) ->
     parser.add_argument(
         "--tool-parser",
         choices=sorted(TOOL_PARSERS),
-        default="hermes",
         help="the engine's tool-call parser (as vLLM's --tool-call-parser), used on the "
-        "completions token-in path where rollwire parses the reply itself",
+        "completions token-in path where rollwire parses the reply itself (default: the one "
+        "certification found reads the engine's own tool calls, else hermes)",
     )
     parser.add_argument(
         "--reasoning-parser",
