@@ -104,6 +104,31 @@ def test_literal_special_token_text_is_a_close_count_fallback():
     assert exc.value.reason == "close_count_mismatch"
 
 
+def test_a_render_that_does_not_extend_the_history_render_is_a_fallback():
+    reply = {"role": "assistant", "content": "ok"}
+    mem = memory([USER], reply, sampled("ok"))
+    messages = [USER, reply, {"role": "user", "content": "more"}]
+    history = render_chat(messages[:2], add_generation_prompt=False)
+    # a template that renders the same history differently once more messages follow
+    full = render_chat([{"role": "system", "content": "other"}, *messages])
+    with pytest.raises(Fallback) as exc:
+        splice(mem, full, history, close_id=IM_END_ID)
+    assert exc.value.reason == "history_not_prefix"
+
+
+def test_a_history_render_with_a_generation_prompt_cuts_at_its_last_close():
+    # SGLang's /tokenize always appends the generation prompt: the same splice results
+    reply = {"role": "assistant", "content": "Hypotheses are guesses."}
+    mem = memory([USER], reply, sampled(reply["content"], split=True))
+    messages = [USER, reply, {"role": "user", "content": "More."}]
+    full = render_chat(messages)
+    plain = render_chat(messages[:2], add_generation_prompt=False)
+    with_prompt = render_chat(messages[:2], add_generation_prompt=True)
+    a = splice(mem, full, plain, close_id=IM_END_ID)
+    b = splice(mem, full, with_prompt, close_id=IM_END_ID)
+    assert a == b
+
+
 @pytest.mark.parametrize(
     ("change", "reason"),
     [

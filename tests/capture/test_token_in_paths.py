@@ -13,6 +13,7 @@ import pytest
 from rollwire.capture.certify import validate_llm
 from rollwire.capture.proxy import CaptureProxy, ProxyConfig, certified_config
 from rollwire.capture.rollout import CaptureLevel
+from rollwire.capture.upstream import Upstream
 from tests.capture.test_token_in import TOOLS, carried_ok, converse
 from tests.fakes.serve import serve_in_thread
 from tests.fakes.vllm import FakeVLLM
@@ -226,3 +227,58 @@ async def test_completions_path_is_withdrawn_when_no_parser_reads_the_engine_cal
     cert = await validate_llm(url + "/v1", probe_tools=False)
     assert "completions" not in cert.token_in_paths and not cert.token_in
     assert "tool_parser_unknown" in [f.code for f in cert.findings]
+
+
+def two_turns(root: str, *, first_max_tokens: int = 24) -> dict:
+    sid = httpx.post(f"{root}/sessions").json()["session_id"]
+    client = openai.OpenAI(base_url=f"{root}/v1", api_key=sid, max_retries=0)
+    messages: list = [{"role": "user", "content": "Hello there."}]
+    first = client.chat.completions.create(
+        model="any", messages=messages, max_tokens=first_max_tokens
+    )
+    messages += [
+        first.choices[0].message.model_dump(exclude_none=True),
+        {"role": "user", "content": "More."},
+    ]
+    client.chat.completions.create(model="any", messages=messages, max_tokens=24)
+    return httpx.get(f"{root}/sessions/{sid}/rollout").json()
+
+
+def test_no_known_turn_close_falls_back(fake):
+    # nothing certified the close token and the session's only call was cut by length
+    _, url = fake
+    with served(url, "vllm_chat") as root:
+        doc = two_turns(root, first_max_tokens=3)
+    assert doc["turns"][0]["finish_reason"] == "length"
+    turn = doc["turns"][1]
+    assert turn["token_in_mode"] == "fallback:no_turn_close"
+    assert "token_in_fallback" in [f["code"] for f in turn["findings"]]
+
+
+class _FailingTokenize(httpx.AsyncBaseTransport):
+    """The engine, except that its /tokenize answers 500."""
+
+    def __init__(self, app) -> None:
+        self.inner = httpx.ASGITransport(app=app)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/tokenize"):
+            return httpx.Response(500, json={"error": {"message": "tokenizer crashed"}})
+        return await self.inner.handle_async_request(request)
+
+
+def test_a_failing_tokenize_falls_back_and_the_call_still_answers(fake):
+    vllm, _ = fake
+    config = ProxyConfig(
+        llm_url="http://engine/v1",
+        capture_level=CaptureLevel.TOKENS,
+        token_in="auto",
+        close_token_id=2,
+    )
+    upstream = Upstream("http://engine/v1", transport=_FailingTokenize(vllm.app))
+    with serve_in_thread(CaptureProxy(config, upstream=upstream).app) as root:
+        doc = two_turns(root)
+    turn = doc["turns"][1]
+    assert turn["token_in_mode"] == "fallback:tokenize_failed"
+    finding = next(f for f in turn["findings"] if f["code"] == "token_in_fallback")
+    assert "tokenizer crashed" in finding["message"]

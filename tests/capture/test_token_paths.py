@@ -118,6 +118,12 @@ def test_completions_without_max_tokens_or_context_length_falls_back():
     assert err.value.reason == "max_tokens_unknown"
 
 
+def test_completions_for_a_prompt_that_fills_the_context_falls_back():
+    with pytest.raises(Fallback) as err:
+        completion_request({"model": "m"}, list(range(2048)), 2048)
+    assert err.value.reason == "context_full"
+
+
 def test_completions_refuse_a_forced_tool_choice():
     refuses = PATHS["completions"].refuses
     assert refuses({"tools": TOOLS, "tool_choice": "required"}) == "tool_choice_forced"
