@@ -202,6 +202,7 @@ def main() -> int:
     args = parser.parse_args()
     conversations, rounds, seeds = (4, 2, 2) if args.quick else (10, 4, 6)
     start = time.perf_counter()
+    load_start = os.getloadavg()
     fake = asyncio.run(bench_fake(conversations, 5, rounds))
     engine = None if args.no_engine else asyncio.run(bench_engine(seeds, [1.0, 1.3], 4))
     commit = subprocess.run(
@@ -215,8 +216,12 @@ def main() -> int:
         "fake": fake,
         "engine": engine,
         "wall_s": round(time.perf_counter() - start, 1),
+        "loadavg_start": [round(x, 2) for x in load_start],
+        "loadavg_end": [round(x, 2) for x in os.getloadavg()],
     }
     name = "token_in_quick.json" if args.quick else "token_in.json"
+    if args.no_engine:
+        name = name.replace(".json", "_fake_only.json")
     out = Path(__file__).resolve().parent / "results" / name
     out.write_text(json.dumps(result, indent=2) + "\n")
     print("| engine | T | token-in | conversations | links | broken | fragmentation |")

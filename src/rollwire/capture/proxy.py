@@ -539,15 +539,13 @@ class CaptureProxy:
             }
             common = {k: v for k, v in common.items() if v is not None}
             messages = body["messages"]
-            full = await self.upstream.tokenize(
-                {**common, "messages": messages, "add_generation_prompt": True}
-            )
-            history = await self.upstream.tokenize(
+            full, history = await self._tokenize_both(
+                {**common, "messages": messages, "add_generation_prompt": True},
                 {
                     **common,
                     "messages": messages[: parent.index + 1],
                     "add_generation_prompt": False,
-                }
+                },
             )
             out = splice(parent.memory, full, history, close_id=close_id)
             ctx = await self.max_model_len() if path.name == "completions" else None
@@ -567,6 +565,26 @@ class CaptureProxy:
             "synthesized": out.synthesized,
             "drift": out.drift,
         }, send
+
+    async def _tokenize_both(
+        self, full: dict[str, Any], history: dict[str, Any]
+    ) -> tuple[list[int], list[int]]:
+        """The two renders a splice needs, requested concurrently (they are independent)."""
+        out: dict[str, list[int]] = {}
+        failed: list[UpstreamError] = []
+
+        async def one(key: str, body: dict[str, Any]) -> None:
+            try:
+                out[key] = await self.upstream.tokenize(body)
+            except UpstreamError as exc:
+                failed.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(one, "full", full)
+            tg.start_soon(one, "history", history)
+        if failed:
+            raise failed[0]
+        return out["full"], out["history"]
 
     async def dialect_call(self, dialect: Dialect, kind: str, request: Request) -> Response:
         """A route of another wire dialect: the same capture path, the caller's own shapes."""
