@@ -173,7 +173,9 @@ def build_server(state: ServerState | None = None) -> MCPServer:
 
         verdict TRAIN: the engine returns token ids and processed logprobs, rollouts are
         trainable; EVAL ONLY: text only, rollouts are for evaluation; NOT USABLE: see findings.
-        model: which served model (needed when several are served). A usable result is
+        token_in_paths: how the engine takes a token prompt (vllm_chat, sglang_chat,
+        completions), so multi-turn conversations stay one training sequence; empty: turns
+        link by exact token prefix only. model: which served model (needed when several are served). A usable result is
         cached for run_rollout on the same (llm_url, model, api_key).
         """
         return await state.pool.certify(llm_url, model=model, api_key=api_key)
