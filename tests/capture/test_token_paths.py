@@ -267,3 +267,35 @@ def test_hermes_parser_writes_non_ascii_arguments_unescaped():
         '<tool_call>{"name": "f", "arguments": {"c": "Zürich"}}</tool_call>'
     )
     assert calls[0]["function"]["arguments"] == '{"c": "Zürich"}'
+
+
+def test_real_vllm_completions_reply_reads_as_the_chat_reply_for_the_same_sample():
+    # 12c (completions on a token prompt) and 12e (chat whose render is that prompt), same seed:
+    # real vLLM 0.32 sampled the same ids; the converted reply must carry what chat carried
+    completion = _fixture("12c_completions_token_prompt.json")["response"]["body"]
+    chat = _fixture("12e_chat_same_prompt_as_12c.json")["response"]["body"]
+    out = chat_from_completion(completion, {"top_logprobs": 3}, Parsers())
+    got, want = out["choices"][0], chat["choices"][0]
+    assert out["prompt_token_ids"] == chat["prompt_token_ids"]
+    assert got["token_ids"] == want["token_ids"]
+    assert got["message"]["content"] == want["message"]["content"]
+    assert got["finish_reason"] == want["finish_reason"]
+    for a, b in zip(got["logprobs"]["content"], want["logprobs"]["content"], strict=True):
+        assert (a["token"], a["logprob"]) == (b["token"], b["logprob"])
+        assert a["top_logprobs"] == b["top_logprobs"]
+
+
+def test_real_vllm_echoes_the_token_prompt_on_chat_and_completions():
+    ids = _fixture("12a0_tokenize_say_no_please.json")["response"]["body"]["tokens"]
+    chat = _fixture("12a_chat_kv_transfer_prompt_token_ids.json")
+    assert chat["request"]["body"]["kv_transfer_params"]["prompt_token_ids"] == ids
+    assert PATHS["vllm_chat"].echoed(chat["response"]["body"]) == ids
+    completion = _fixture("12c_completions_token_prompt.json")["response"]["body"]
+    assert PATHS["completions"].echoed(completion) == ids
+
+
+def test_real_vllm_completion_text_has_no_close_text_when_it_stops_on_eos():
+    reply = _fixture("12d2_completions_token_prompt_stops_on_eos.json")["response"]["body"]
+    assert reply["choices"][0]["token_ids"][-1] == 2
+    out = chat_from_completion(reply, {"tools": TOOLS}, Parsers())
+    assert out["choices"][0]["message"]["content"] == reply["choices"][0]["text"]

@@ -23,7 +23,6 @@ checks the echo.
 from __future__ import annotations
 
 import json
-import math
 import re
 import secrets
 from collections.abc import Callable, Mapping
@@ -316,8 +315,9 @@ def _completions_echo(reply: Any) -> list[int] | None:
 
 
 def _chat_logprobs(lps: Any, k: int) -> dict[str, Any] | None:
-    """Completions logprobs (parallel lists; a dict of sampled + top-k per position) as chat's
-    ``logprobs.content``."""
+    """Completions logprobs (parallel lists; per position a dict of the sampled token, then the
+    top k by rank) as chat's ``logprobs.content``, whose ``top_logprobs`` is the first k of that
+    dict in order (vLLM 0.32, fixtures 12c/12e: the same sample on both routes)."""
     if not isinstance(lps, Mapping):
         return None
     tokens, values, tops = lps.get("tokens"), lps.get("token_logprobs"), lps.get("top_logprobs")
@@ -326,22 +326,18 @@ def _chat_logprobs(lps: Any, k: int) -> dict[str, Any] | None:
     content = []
     for i, (token, value) in enumerate(zip(tokens, values, strict=True)):
         top = tops[i] if isinstance(tops, list) and i < len(tops) else None
-        alts = (
-            sorted(top.items(), key=lambda kv: -_finite(kv[1])) if isinstance(top, Mapping) else []
-        )
+        alts = list(top.items())[:k] if isinstance(top, Mapping) else []
         content.append(
             {
                 "token": token,
                 "logprob": value,
-                "bytes": None,
-                "top_logprobs": [{"token": t, "logprob": v, "bytes": None} for t, v in alts[:k]],
+                "bytes": None,  # the sampled piece's bytes: completions do not give them
+                "top_logprobs": [
+                    {"token": t, "logprob": v, "bytes": list(str(t).encode())} for t, v in alts
+                ],
             }
         )
     return {"content": content}
-
-
-def _finite(value: Any) -> float:
-    return float(value) if isinstance(value, int | float) and math.isfinite(value) else -math.inf
 
 
 CLOSE_TEXT = re.compile(r"(<\|im_end\|>|<\|eot_id\|>|<\|end\|>|</s>)\s*$")
