@@ -55,6 +55,13 @@ def test_a_first_call_is_rendered_as_usual():
     assert plan_call({"messages": [USER]}, []) is None
 
 
+def test_a_first_call_with_assistant_turns_in_history_names_them_unsampled():
+    history = [USER, {"role": "assistant", "content": "A few-shot answer."}, USER]
+    with pytest.raises(Fallback) as exc:
+        plan_call({"messages": history}, [])
+    assert exc.value.reason == "assistant_not_sampled"
+
+
 def test_a_noncanonical_split_is_carried_verbatim_and_only_the_new_turn_is_rendered():
     reply = {"role": "assistant", "content": "Hypotheses are guesses."}
     mem = memory([USER], reply, sampled(reply["content"], split=True))

@@ -33,8 +33,8 @@ async def test_tool_conversations_at_t13_stay_one_sequence(engine_url, path, see
     assert doc is not None, report.findings
     stats = doc.stats
     assert stats.roots == 1 and stats.retokenized == 0 and stats.trainable_sequences == 1
-    # the first call carries a tool exchange nobody sampled (edited history); the rest splice
-    assert stats.token_in == {"fallback:edited_history": 1, "spliced": stats.turns - 1}
+    # the first call carries a tool exchange nobody sampled; the rest splice
+    assert stats.token_in == {"fallback:assistant_not_sampled": 1, "spliced": stats.turns - 1}
     assert {t.token_in_path for t in doc.turns if t.token_in_mode == "spliced"} == {path}
     turns = {t.node_id: t for t in doc.turns}
     for turn in doc.turns:

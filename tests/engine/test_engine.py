@@ -228,3 +228,13 @@ def test_a_prompt_longer_than_the_context_is_a_400_not_a_crash(engine_url, refer
     error = resp.json()["error"]
     assert error["param"] == "messages" and "maximum context length" in error["message"]
     assert chat(engine_url, messages=[{"role": "user", "content": "hi"}], max_tokens=2)["choices"]
+
+
+@pytest.mark.anyio
+async def test_parity_compares_captures_at_t13_on_an_engine_that_rescores_at_that_temperature(
+    engine_url,
+):
+    # the reference engine applies the request's temperature to prompt_logprobs (vLLM does not)
+    report = await run_parity(engine_url, turns=2, temperature=1.3)
+    assert "rescore_ignores_temperature" not in [f.code for f in report.findings]
+    assert report.verdict == "PASS", report.findings

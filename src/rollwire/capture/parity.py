@@ -98,6 +98,26 @@ async def rescore(
     return out
 
 
+async def _rescore_ignores_temperature(
+    upstream: Upstream, model: str, doc: RolloutDocument
+) -> str | None:
+    """When a trainable turn was sampled at T != 1, re-score it at that T and at T=1: equal
+    numbers mean the engine's ``prompt_logprobs`` ignore the temperature (real vLLM 0.32,
+    fixture 12f2), so no re-score can check a capture at T != 1. Returns what was seen."""
+    for turn in doc.turns:
+        t = float(turn.applied_params.get("temperature", 1.0))
+        if not turn.trainable or not turn.completion_token_ids or t == 1.0:
+            continue
+        ids = turn.prompt_token_ids + turn.completion_token_ids
+        start = len(turn.prompt_token_ids)
+        at_t = await rescore(upstream, model, ids, start, t)
+        at_1 = await rescore(upstream, model, ids, start, 1.0)
+        if at_t == at_1:
+            return f"{len(at_t)} positions re-scored at T={t:g} and T=1 are identical"
+        return None
+    return None
+
+
 async def _converse(
     client: httpx.AsyncClient,
     session_id: str,
@@ -208,6 +228,17 @@ async def score_document(
     short: list[float] = []
     rotated: list[float] = []
     try:
+        blind = await _rescore_ignores_temperature(upstream, model, doc)
+        if blind is not None:
+            report.findings.append(
+                fatal(
+                    "rescore_ignores_temperature",
+                    f"the engine re-scores at T=1 whatever the request says ({blind}): vLLM "
+                    "computes prompt_logprobs before temperature, so captures made at "
+                    f"T={report.temperature:g} cannot be compared; run parity at --temperature 1",
+                )
+            )
+            return report
         for turn in doc.turns:
             if (
                 not turn.trainable
@@ -269,6 +300,12 @@ def render_report(report: ParityReport) -> str:
         f"parity {report.verdict}: {report.llm_url} ({report.model}), T={report.temperature:g}, "
         f"{report.turns} turns, {report.tool_calls} tool calls, {report.trainable_tokens} trainable tokens re-scored",
     ]
+    if report.document is not None:
+        paths = sorted({t.token_in_path for t in report.document.turns if t.token_in_path})
+        lines.append(
+            f"token-in: {dict(report.document.stats.token_in)}"
+            + (f" by {', '.join(paths)}" if paths else "")
+        )
     rows = [r for r in [report.honest, *report.controls] if r is not None]
     if rows:
         lines.append(

@@ -187,6 +187,12 @@ def plan_call(
         raise Fallback("stop_strings", "stop strings cut mid-token")
     if _has_media(messages):
         raise Fallback("multimodal", "non-text content is always rendered")
+    if not memories:
+        raise Fallback(
+            "assistant_not_sampled",
+            "the history holds assistant messages no call of this session sampled "
+            "(a resumed or few-shot conversation)",
+        )
     header = header_key(body)
     with_reasoning = reasoning == "fork"
     wanted = prefix_keys(messages, with_reasoning=with_reasoning)
