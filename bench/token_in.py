@@ -158,40 +158,116 @@ async def bench_fake(conversations: int, turns: int, rounds: int) -> dict[str, A
     return out
 
 
-async def bench_engine(seeds: int, temperatures: list[float], turns: int) -> dict[str, Any]:
-    from rollwire.engine.model import DEFAULT_SERVED_NAME, ReferenceModel
-    from rollwire.engine.server import create_engine_app
+async def bench_engine(
+    seeds: int, temperatures: list[float], turns: int, llm_url: str | None = None
+) -> dict[str, Any]:
+    """The reference engine, or the engine at ``llm_url`` (e.g. a real vLLM)."""
+    async with contextlib.AsyncExitStack() as stack:
+        if llm_url is None:
+            from rollwire.engine.model import DEFAULT_SERVED_NAME, ReferenceModel
+            from rollwire.engine.server import create_engine_app
 
-    app = create_engine_app(ReferenceModel(n_ctx=4096), served_name=DEFAULT_SERVED_NAME)
-    sock = bind("127.0.0.1", 0)
-    out: dict[str, Any] = {}
-    async with serving(app, sock, stop_on_exit=True):
-        url = url_of(sock) + "/v1"
-        for t in temperatures:
-            row: dict[str, Any] = {}
-            for label, (mode, path) in MODES.items():
-                docs = []
-                for seed in range(seeds):
-                    report = await run_parity(
-                        url,
-                        temperature=t,
-                        turns=turns,
-                        seed=seed,
-                        rescore_tokens=False,
-                        token_in=mode,
-                        token_in_path=path,
-                    )
-                    assert report.document is not None, report.findings
-                    docs.append(report.document.model_dump(mode="json"))
-                broken, links = fragmentation(docs)
-                row[label] = {
-                    "conversations": len(docs),
-                    "links": links,
-                    "broken": broken,
-                    "fragmentation": broken / links if links else 0.0,
-                    "token_in": [d["stats"]["token_in"] for d in docs],
+            app = create_engine_app(ReferenceModel(n_ctx=4096), served_name=DEFAULT_SERVED_NAME)
+            sock = bind("127.0.0.1", 0)
+            await stack.enter_async_context(serving(app, sock, stop_on_exit=True))
+            llm_url = url_of(sock) + "/v1"
+        return await _engine_rows(llm_url, seeds, temperatures, turns)
+
+
+async def tool_conversation(url: str, mode: str, path: str | None, t: float, seed: int) -> Any:
+    """Three calls whose first is a forced (named) tool call, so the history holds a tool call
+    the model sampled and the template re-renders (SmolLM2's drops it, fixture 05b); then the
+    tool result and a follow-up. Returns the rollout document."""
+    from rollwire.capture.certify import TOOL_MANIFEST, validate_llm
+    from rollwire.capture.proxy import certified_config
+
+    cert = await validate_llm(url, probe_tools=False)
+    proxy = CaptureProxy(certified_config(url, cert, token_in=mode, token_in_path=path))
+    named = {"type": "function", "function": {"name": TOOL_MANIFEST[0]["function"]["name"]}}
+    async with proxy.app.router.lifespan_context(proxy.app):
+        session = proxy.sessions.open(metadata={"purpose": "bench"})
+        headers = {"Authorization": f"Bearer {session.session_id}"}
+        transport = httpx.ASGITransport(app=proxy.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://p", timeout=600) as c:
+            messages: list[dict[str, Any]] = [
+                {"role": "user", "content": "What is the weather in Paris?"}
+            ]
+            for k in range(3):
+                body = {
+                    "model": cert.model,
+                    "messages": messages,
+                    "tools": TOOL_MANIFEST,
+                    "max_tokens": 128 if k == 0 else 40,
+                    "temperature": t,
+                    "seed": seed * 10 + k,
                 }
-            out[f"T={t}"] = row
+                if k == 0:
+                    body["tool_choice"] = named
+                reply = (await c.post("/v1/chat/completions", json=body, headers=headers)).json()
+                message = reply["choices"][0]["message"]
+                said = {"role": "assistant", "content": message.get("content") or ""}
+                if message.get("tool_calls"):
+                    said["tool_calls"] = message["tool_calls"]
+                messages.append(said)
+                for call in message.get("tool_calls") or []:
+                    result = '{"sky": "cloudy", "temperature_c": 18}'
+                    messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
+                if not message.get("tool_calls"):
+                    messages.append({"role": "user", "content": "And tomorrow?"})
+        return session.document()
+
+
+async def _tool_rows(url: str, seeds: int, t: float) -> dict[str, Any]:
+    row: dict[str, Any] = {}
+    for label, (mode, path) in MODES.items():
+        docs = [
+            (await tool_conversation(url, mode, path, t, s)).model_dump(mode="json")
+            for s in range(seeds)
+        ]
+        broken, links = fragmentation(docs)
+        row[label] = {
+            "conversations": len(docs),
+            "links": links,
+            "broken": broken,
+            "fragmentation": broken / links if links else 0.0,
+            "sampled_tool_calls": sum(
+                1 for d in docs for turn in d["turns"] if (turn["reply"] or {}).get("tool_calls")
+            ),
+            "token_in": [d["stats"]["token_in"] for d in docs],
+        }
+    return row
+
+
+async def _engine_rows(
+    url: str, seeds: int, temperatures: list[float], turns: int
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for t in temperatures:
+        row: dict[str, Any] = {}
+        for label, (mode, path) in MODES.items():
+            docs = []
+            for seed in range(seeds):
+                report = await run_parity(
+                    url,
+                    temperature=t,
+                    turns=turns,
+                    seed=seed,
+                    rescore_tokens=False,
+                    token_in=mode,
+                    token_in_path=path,
+                )
+                assert report.document is not None, report.findings
+                docs.append(report.document.model_dump(mode="json"))
+            broken, links = fragmentation(docs)
+            row[label] = {
+                "conversations": len(docs),
+                "links": links,
+                "broken": broken,
+                "fragmentation": broken / links if links else 0.0,
+                "token_in": [d["stats"]["token_in"] for d in docs],
+            }
+        out[f"T={t}"] = row
+    out["tool T=1.3"] = await _tool_rows(url, seeds, 1.3)
     return out
 
 
@@ -199,12 +275,24 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--no-engine", action="store_true", help="skip the reference engine")
+    parser.add_argument(
+        "--llm-url",
+        help="measure this engine (e.g. a real vLLM at http://127.0.0.1:8023/v1) instead of the "
+        "reference engine",
+    )
+    parser.add_argument("--seeds", type=int, help="conversations per temperature and mode")
     args = parser.parse_args()
     conversations, rounds, seeds = (4, 2, 2) if args.quick else (10, 4, 6)
     start = time.perf_counter()
     load_start = os.getloadavg()
     fake = asyncio.run(bench_fake(conversations, 5, rounds))
-    engine = None if args.no_engine else asyncio.run(bench_engine(seeds, [1.0, 1.3], 4))
+    seeds = args.seeds or seeds
+    engine = (
+        None
+        if args.no_engine
+        else asyncio.run(bench_engine(seeds, [1.0, 1.3], 4, llm_url=args.llm_url))
+    )
+    engine_name = "reference" if args.llm_url is None else args.llm_url
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
@@ -215,6 +303,7 @@ def main() -> int:
         "quick": args.quick,
         "fake": fake,
         "engine": engine,
+        "engine_url": args.llm_url,
         "wall_s": round(time.perf_counter() - start, 1),
         "loadavg_start": [round(x, 2) for x in load_start],
         "loadavg_end": [round(x, 2) for x in os.getloadavg()],
@@ -222,6 +311,8 @@ def main() -> int:
     name = "token_in_quick.json" if args.quick else "token_in.json"
     if args.no_engine:
         name = name.replace(".json", "_fake_only.json")
+    elif args.llm_url:
+        name = name.replace(".json", "_external.json")
     out = Path(__file__).resolve().parent / "results" / name
     out.write_text(json.dumps(result, indent=2) + "\n")
     print("| engine | T | token-in | conversations | links | broken | fragmentation |")
@@ -236,7 +327,7 @@ def main() -> int:
         for label in MODES:
             e = row[label]
             print(
-                f"| reference | {key[2:]} | {label} | {e['conversations']} | {e['links']} | "
+                f"| {engine_name} | {key.replace('T=', '')} | {label} | {e['conversations']} | {e['links']} | "
                 f"{e['broken']} | {e['fragmentation']:.1%} |"
             )
     print("\nadded latency per continuing call on the fake (median, on - off):")
