@@ -80,6 +80,36 @@ def fragmentation(docs: list[dict[str, Any]]) -> tuple[int, int]:
     return broken, links
 
 
+def answer(
+    messages: list[dict[str, Any]], message: dict[str, Any], result: str, follow_up: str
+) -> None:
+    """The harness's side of a turn: the reply into history, then each tool call's result, or
+    a follow-up user message when the model called no tool."""
+    said = {"role": "assistant", "content": message.get("content") or ""}
+    if message.get("tool_calls"):
+        said["tool_calls"] = message["tool_calls"]
+    messages.append(said)
+    for call in message.get("tool_calls") or []:
+        messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
+    if not message.get("tool_calls"):
+        messages.append({"role": "user", "content": follow_up})
+
+
+def summary(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One table row: fragmentation over the documents, sampled tool calls, token-in modes."""
+    broken, links = fragmentation(docs)
+    return {
+        "conversations": len(docs),
+        "links": links,
+        "broken": broken,
+        "fragmentation": broken / links if links else 0.0,
+        "sampled_tool_calls": sum(
+            1 for d in docs for turn in d["turns"] if (turn["reply"] or {}).get("tool_calls")
+        ),
+        "token_in": [d["stats"]["token_in"] for d in docs],
+    }
+
+
 async def fake_conversation(
     http: httpx.AsyncClient, root: str, turns: int, timings: list[float], seed: int
 ) -> dict[str, Any]:
@@ -94,15 +124,7 @@ async def fake_conversation(
         reply = (await http.post(f"{root}/v1/chat/completions", json=body, headers=headers)).json()
         if turn:  # first calls are rendered either way
             timings.append((time.perf_counter() - start) * 1000)
-        message = reply["choices"][0]["message"]
-        said = {"role": "assistant", "content": message.get("content") or ""}
-        if message.get("tool_calls"):
-            said["tool_calls"] = message["tool_calls"]
-        messages.append(said)
-        for call in message.get("tool_calls") or []:
-            messages.append({"role": "tool", "tool_call_id": call["id"], "content": "a guess"})
-        if not message.get("tool_calls"):
-            messages.append({"role": "user", "content": f"Go on ({turn})."})
+        answer(messages, reply["choices"][0]["message"], "a guess", f"Go on ({turn}).")
     doc = (await http.get(f"{root}/sessions/{sid}/rollout")).json()
     await http.delete(f"{root}/sessions/{sid}")
     return doc
@@ -204,16 +226,8 @@ async def tool_conversation(url: str, mode: str, path: str | None, t: float, see
                 if k == 0:
                     body["tool_choice"] = named
                 reply = (await c.post("/v1/chat/completions", json=body, headers=headers)).json()
-                message = reply["choices"][0]["message"]
-                said = {"role": "assistant", "content": message.get("content") or ""}
-                if message.get("tool_calls"):
-                    said["tool_calls"] = message["tool_calls"]
-                messages.append(said)
-                for call in message.get("tool_calls") or []:
-                    result = '{"sky": "cloudy", "temperature_c": 18}'
-                    messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
-                if not message.get("tool_calls"):
-                    messages.append({"role": "user", "content": "And tomorrow?"})
+                result = '{"sky": "cloudy", "temperature_c": 18}'
+                answer(messages, reply["choices"][0]["message"], result, "And tomorrow?")
         return session.document()
 
 
@@ -224,17 +238,7 @@ async def _tool_rows(url: str, seeds: int, t: float) -> dict[str, Any]:
             (await tool_conversation(url, mode, path, t, s)).model_dump(mode="json")
             for s in range(seeds)
         ]
-        broken, links = fragmentation(docs)
-        row[label] = {
-            "conversations": len(docs),
-            "links": links,
-            "broken": broken,
-            "fragmentation": broken / links if links else 0.0,
-            "sampled_tool_calls": sum(
-                1 for d in docs for turn in d["turns"] if (turn["reply"] or {}).get("tool_calls")
-            ),
-            "token_in": [d["stats"]["token_in"] for d in docs],
-        }
+        row[label] = summary(docs)
     return row
 
 
@@ -258,14 +262,7 @@ async def _engine_rows(
                 )
                 assert report.document is not None, report.findings
                 docs.append(report.document.model_dump(mode="json"))
-            broken, links = fragmentation(docs)
-            row[label] = {
-                "conversations": len(docs),
-                "links": links,
-                "broken": broken,
-                "fragmentation": broken / links if links else 0.0,
-                "token_in": [d["stats"]["token_in"] for d in docs],
-            }
+            row[label] = summary(docs)
         out[f"T={t}"] = row
     out["tool T=1.3"] = await _tool_rows(url, seeds, 1.3)
     return out

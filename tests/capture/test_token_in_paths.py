@@ -37,6 +37,12 @@ def served(url: str, path: str, **settings: object):
     return serve_in_thread(CaptureProxy(config).app)
 
 
+def client_of(root: str) -> tuple[str, openai.OpenAI]:
+    """A new capture session on the proxy at ``root`` and an openai client bound to it."""
+    sid = httpx.post(f"{root}/sessions").json()["session_id"]
+    return sid, openai.OpenAI(base_url=f"{root}/v1", api_key=sid, max_retries=0)
+
+
 def completions_engine(vllm: FakeVLLM) -> None:
     """A vLLM whose chat ignores kv_transfer_params, with a template that offers the tools in
     the prompt and drops tool calls from history, sampling splits re-tokenising would not give."""
@@ -77,8 +83,7 @@ def test_completions_path_gives_the_client_the_tool_calls_chat_would(fake):
     vllm, url = fake
     completions_engine(vllm)
     with served(url, "completions") as root:
-        sid = httpx.post(f"{root}/sessions").json()["session_id"]
-        client = openai.OpenAI(base_url=f"{root}/v1", api_key=sid, max_retries=0)
+        sid, client = client_of(root)
         messages: list = [{"role": "user", "content": "Look up a word."}]
         first = client.chat.completions.create(
             model="any", messages=messages, tools=TOOLS, max_tokens=40, seed=1
@@ -104,8 +109,7 @@ def test_completions_path_falls_back_for_a_forced_tool_choice(fake):
     vllm, url = fake
     completions_engine(vllm)
     with served(url, "completions") as root:
-        sid = httpx.post(f"{root}/sessions").json()["session_id"]
-        client = openai.OpenAI(base_url=f"{root}/v1", api_key=sid, max_retries=0)
+        sid, client = client_of(root)
         messages: list = [{"role": "user", "content": "Hello there."}]
         first = client.chat.completions.create(
             model="any", messages=messages, tools=TOOLS, tool_choice="none", max_tokens=8
@@ -128,8 +132,7 @@ def test_completions_path_asks_for_the_room_left_when_the_caller_sets_no_max_tok
     vllm, url = fake
     completions_engine(vllm)
     with served(url, "completions") as root:
-        sid = httpx.post(f"{root}/sessions").json()["session_id"]
-        client = openai.OpenAI(base_url=f"{root}/v1", api_key=sid, max_retries=0)
+        sid, client = client_of(root)
         messages: list = [{"role": "user", "content": "Hello there."}]
         first = client.chat.completions.create(model="any", messages=messages)
         messages += [
@@ -230,8 +233,7 @@ async def test_completions_path_is_withdrawn_when_no_parser_reads_the_engine_cal
 
 
 def two_turns(root: str, *, first_max_tokens: int = 24) -> dict:
-    sid = httpx.post(f"{root}/sessions").json()["session_id"]
-    client = openai.OpenAI(base_url=f"{root}/v1", api_key=sid, max_retries=0)
+    sid, client = client_of(root)
     messages: list = [{"role": "user", "content": "Hello there."}]
     first = client.chat.completions.create(
         model="any", messages=messages, max_tokens=first_max_tokens
