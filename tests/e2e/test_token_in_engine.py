@@ -17,6 +17,8 @@ async def test_the_reference_engine_takes_a_token_prompt(engine_url):
     # its chat route takes kv_transfer_params; its completions route a token prompt; it has no
     # SGLang input_ids (it renders the messages instead, which the probe sees in the echo)
     assert cert.token_in_paths == ["vllm_chat", "completions"]
+    # its chat route writes hermes tool calls; rollwire's parser reads them as it does
+    assert cert.tool_parser == "hermes"
 
 
 @pytest.mark.parametrize(("path", "seed"), [("vllm_chat", 0), ("vllm_chat", 1), ("completions", 0)])

@@ -426,13 +426,25 @@ async def _probe_tool_parser(prober: _Prober, model: str) -> tuple[str | None, F
     call on chat, detokenize what the model sampled, parse it with each parser and compare
     with the engine's ``tool_calls`` (name and arguments as JSON). The completions path needs
     one: there the proxy, not the engine, parses the reply."""
-    name = TOOL_MANIFEST[0]["function"]["name"]
+    # The smallest manifest: a forced call is spelled out token by token (05c: 48 tokens cut it)
+    # and a small model without a grammar rambles on a richer schema.
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
     body = {
         "model": model,
         "messages": TOOL_PROBE_MESSAGES,
-        "tools": TOOL_MANIFEST,
-        "tool_choice": {"type": "function", "function": {"name": name}},
-        "max_tokens": 64,
+        "tools": [tool],
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+        "max_tokens": 256,
         "temperature": 0.0,
         "return_token_ids": True,
         "skip_special_tokens": False,
