@@ -39,6 +39,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -130,16 +131,60 @@ async def fake_conversation(
     return doc
 
 
-async def bench_fake(conversations: int, turns: int, rounds: int) -> dict[str, Any]:
-    fake = FakeVLLM()
-    fake.behavior.update(
-        noncanonical_split=True,
-        tool_call_every_turn=True,
-        drop_tool_calls_in_history=True,
-        tools_in_prompt=True,  # so the completions route sees the tools, as a Hermes template
+FAKE_BEHAVIOR = {
+    "noncanonical_split": True,
+    "tool_call_every_turn": True,
+    "drop_tool_calls_in_history": True,
+    "tools_in_prompt": True,  # so the completions route sees the tools, as a Hermes template
+}
+
+
+@contextlib.contextmanager
+def fake_upstream(in_process: bool) -> Iterator[str]:
+    """The fake vLLM's URL: served from a thread of this process (it then shares the GIL with
+    the proxies and the client, so its /tokenize work counts as proxy latency), or from a
+    process of its own, as a real engine is."""
+    if in_process:
+        fake = FakeVLLM()
+        fake.behavior.update(**FAKE_BEHAVIOR)
+        with serve_in_thread(fake.app) as url:
+            yield url
+        return
+    sock = bind("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    sock.close()
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.fakes.vllm", "--port", str(port)],
+        cwd=root,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.post(
+                    f"{url}/_fake/behavior", json=FAKE_BEHAVIOR, timeout=2
+                ).raise_for_status()
+                break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError("the fake vLLM subprocess did not start") from None
+                time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+async def bench_fake(
+    conversations: int, turns: int, rounds: int, *, in_process: bool = True
+) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    with serve_in_thread(fake.app) as upstream:
+    with fake_upstream(in_process) as upstream:
         proxies = {}
         for label, (mode, path) in MODES.items():
             config = ProxyConfig(
@@ -283,6 +328,9 @@ def main() -> int:
     start = time.perf_counter()
     load_start = os.getloadavg()
     fake = asyncio.run(bench_fake(conversations, 5, rounds))
+    # the same with the fake in a process of its own: what the proxy adds, the engine's own
+    # /tokenize work then runs beside it (as a real engine's does)
+    fake_apart = asyncio.run(bench_fake(conversations, 5, rounds, in_process=False))
     seeds = args.seeds or seeds
     engine = (
         None
@@ -299,6 +347,7 @@ def main() -> int:
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "quick": args.quick,
         "fake": fake,
+        "fake_process": fake_apart,
         "engine": engine,
         "engine_url": args.llm_url,
         "wall_s": round(time.perf_counter() - start, 1),
@@ -328,13 +377,15 @@ def main() -> int:
                 f"{e['broken']} | {e['fragmentation']:.1%} |"
             )
     print("\nadded latency per continuing call on the fake (median, on - off):")
-    for label in MODES:
-        if label != "off":
-            f = fake[label]
-            print(
-                f"  {label}: {f['added_ms']:+.2f} ms (off {fake['off']['median_ms']:.2f} ms, "
-                f"on {f['median_ms']:.2f} ms)"
-            )
+    for where, run in (("in this process", fake), ("in its own process", fake_apart)):
+        for label in MODES:
+            if label != "off":
+                f = run[label]
+                print(
+                    f"  fake {where}, {label}: {f['added_ms']:+.2f} ms "
+                    f"(off {run['off']['median_ms']:.2f} ms, on {f['median_ms']:.2f} ms, "
+                    f"{f['fragmentation']:.0%} fragmentation)"
+                )
     print(f"wall {result['wall_s']} s -> {out}")
     return 0
 
