@@ -55,12 +55,15 @@ from rollwire.capture.proxy import CaptureProxy, ProxyConfig
 from rollwire.capture.rollout import CaptureLevel
 from rollwire.server.serving import bind, serving, url_of
 
-# label -> (token_in, token_in_path)
+# label -> (token_in, token_in_path); an engine is measured by the paths it certifies
 MODES: dict[str, tuple[str, str | None]] = {
     "off": ("off", None),
     "vllm_chat": ("auto", "vllm_chat"),
+    "sglang_chat": ("auto", "sglang_chat"),
     "completions": ("auto", "completions"),
 }
+# the fake answers as vLLM: its chat takes kv_transfer_params, its completions a token prompt
+FAKE_MODES = {k: v for k, v in MODES.items() if k != "sglang_chat"}
 
 TOOLS = [
     {
@@ -186,7 +189,7 @@ async def bench_fake(
     out: dict[str, Any] = {}
     with fake_upstream(in_process) as upstream:
         proxies = {}
-        for label, (mode, path) in MODES.items():
+        for label, (mode, path) in FAKE_MODES.items():
             config = ProxyConfig(
                 llm_url=upstream + "/v1",
                 capture_level=CaptureLevel.TOKENS,
@@ -194,13 +197,13 @@ async def bench_fake(
                 token_in_path=path,
             )
             proxies[label] = (CaptureProxy(config), bind("127.0.0.1", 0))
-        docs: dict[str, list[dict[str, Any]]] = {label: [] for label in MODES}
-        timings: dict[str, list[float]] = {label: [] for label in MODES}
+        docs: dict[str, list[dict[str, Any]]] = {label: [] for label in FAKE_MODES}
+        timings: dict[str, list[float]] = {label: [] for label in FAKE_MODES}
         async with contextlib.AsyncExitStack() as stack:
             for proxy, sock in proxies.values():
                 await stack.enter_async_context(serving(proxy.app, sock, stop_on_exit=True))
             http = await stack.enter_async_context(httpx.AsyncClient(timeout=60))
-            labels = list(MODES)
+            labels = list(FAKE_MODES)
             for r in range(rounds):
                 order = labels if r % 2 == 0 else labels[::-1]
                 for label in order:
@@ -209,7 +212,7 @@ async def bench_fake(
                         docs[label].append(
                             await fake_conversation(http, root, turns, timings[label], c)
                         )
-        for label in MODES:
+        for label in FAKE_MODES:
             broken, links = fragmentation(docs[label])
             out[label] = {
                 "conversations": len(docs[label]),
@@ -219,7 +222,7 @@ async def bench_fake(
                 "median_ms": statistics.median(timings[label]),
                 "spliced": sum(d["stats"]["token_in"].get("spliced", 0) for d in docs[label]),
             }
-        for label in MODES:
+        for label in FAKE_MODES:
             if label != "off":
                 out[label]["added_ms"] = out[label]["median_ms"] - out["off"]["median_ms"]
     return out
@@ -276,9 +279,16 @@ async def tool_conversation(url: str, mode: str, path: str | None, t: float, see
         return session.document()
 
 
+async def _certified_modes(url: str) -> dict[str, tuple[str, str | None]]:
+    from rollwire.capture.certify import validate_llm
+
+    cert = await validate_llm(url, probe_tools=False)
+    return {k: (m, p) for k, (m, p) in MODES.items() if p is None or p in cert.token_in_paths}
+
+
 async def _tool_rows(url: str, seeds: int, t: float) -> dict[str, Any]:
     row: dict[str, Any] = {}
-    for label, (mode, path) in MODES.items():
+    for label, (mode, path) in (await _certified_modes(url)).items():
         docs = [
             (await tool_conversation(url, mode, path, t, s)).model_dump(mode="json")
             for s in range(seeds)
@@ -291,9 +301,10 @@ async def _engine_rows(
     url: str, seeds: int, temperatures: list[float], turns: int
 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    modes = await _certified_modes(url)
     for t in temperatures:
         row: dict[str, Any] = {}
-        for label, (mode, path) in MODES.items():
+        for label, (mode, path) in modes.items():
             docs = []
             for seed in range(seeds):
                 report = await run_parity(
@@ -363,22 +374,21 @@ def main() -> int:
     out.write_text(json.dumps(result, indent=2) + "\n")
     print("| engine | T | token-in | conversations | links | broken | fragmentation |")
     print("|---|---|---|---|---|---|---|")
-    for label in MODES:
+    for label in FAKE_MODES:
         f = fake[label]
         print(
             f"| fake | 1.0 | {label} | {f['conversations']} | {f['links']} | {f['broken']} | "
             f"{f['fragmentation']:.1%} |"
         )
     for key, row in (engine or {}).items():
-        for label in MODES:
-            e = row[label]
+        for label, e in row.items():
             print(
                 f"| {engine_name} | {key.replace('T=', '')} | {label} | {e['conversations']} | {e['links']} | "
                 f"{e['broken']} | {e['fragmentation']:.1%} |"
             )
     print("\nadded latency per continuing call on the fake (median, on - off):")
     for where, run in (("in this process", fake), ("in its own process", fake_apart)):
-        for label in MODES:
+        for label in FAKE_MODES:
             if label != "off":
                 f = run[label]
                 print(

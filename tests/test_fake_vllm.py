@@ -835,10 +835,12 @@ def test_sglang_input_ids_are_the_prompt_echoed_on_the_choice(
     body = chat(http, input_ids=ids, return_prompt_token_ids=True)
     ch = body["choices"][0]
     assert ch["prompt_token_ids"] == ids and "prompt_token_ids" not in body
-    assert ch["token_ids"] == vllm_reply["choices"][0]["token_ids"]
-    assert ch["logprobs"] == vllm_reply["choices"][0]["logprobs"]  # token_id:N entries
+    assert ch["response_token_ids"] == vllm_reply["choices"][0]["token_ids"]
+    want = [e["logprob"] for e in vllm_reply["choices"][0]["logprobs"]["content"]]
+    assert [e["logprob"] for e in ch["logprobs"]["content"]] == want
     assert body["usage"]["prompt_tokens"] == len(ids)
-    assert "prompt_token_ids" not in chat(http, input_ids=ids)["choices"][0]
+    bare = chat(http, input_ids=ids, return_token_ids=None)["choices"][0]
+    assert "prompt_token_ids" not in bare
 
 
 def test_sglang_reply_shape(http: httpx.Client, fake: FakeVLLM) -> None:
@@ -850,8 +852,12 @@ def test_sglang_reply_shape(http: httpx.Client, fake: FakeVLLM) -> None:
     assert list(ch["message"]) == ["role", "content", "reasoning_content", "tool_calls"]
     assert ch["finish_reason"] == "stop" and ch["matched_stop"] == EOS_ID
     assert body["usage"]["reasoning_tokens"] == 0
+    # SGLang 0.5.23 (tests/fixtures/sglang-cpu/02): return_token_ids fills both id fields,
+    # and logprob entries name tokens by text
     ids = chat(http)["choices"][0]
-    assert ids["token_ids"][-1] == EOS_ID and "prompt_token_ids" not in ids
+    assert ids["response_token_ids"][-1] == EOS_ID and "prompt_token_ids" in ids
+    assert "token_ids" not in ids
+    assert not ids["logprobs"]["content"][0]["token"].startswith("token_id:")
     cut = chat(http, max_tokens=3)["choices"][0]
     assert (cut["finish_reason"], cut["matched_stop"]) == ("length", None)
 
@@ -865,19 +871,15 @@ def test_sglang_ignores_kv_transfer_params(http: httpx.Client, fake: FakeVLLM) -
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "input_ids"
 
 
-def test_sglang_tokenize_always_appends_the_generation_prompt(
-    http: httpx.Client, fake: FakeVLLM
-) -> None:
+def test_sglang_tokenize_honours_add_generation_prompt(http: httpx.Client, fake: FakeVLLM) -> None:
+    # SGLang 0.5.23 (tests/fixtures/sglang-cpu/04, 04c)
     fake.behavior.engine = "sglang"
     r = http.post(
         "/tokenize",
         json={"model": "smol", "messages": BASE["messages"], "add_generation_prompt": False},
     ).json()
-    assert r == {
-        "tokens": render_chat(BASE["messages"]),
-        "count": len(render_chat(BASE["messages"])),
-        "max_model_len": 2048,
-    }
+    history = render_chat(BASE["messages"], add_generation_prompt=False)
+    assert r == {"tokens": history, "count": len(history), "max_model_len": 2048}
     assert http.post("/detokenize", json={"tokens": [1, 2, 198]}).json() == {"text": "\n"}
 
 
@@ -889,7 +891,7 @@ def test_sglang_tool_call_finishes_with_tool_calls(http: httpx.Client, fake: Fak
     assert call["id"].startswith("call_") and call["index"] == 0
     assert call["function"]["name"] == "get_weather"
     assert (ch["finish_reason"], ch["matched_stop"]) == ("tool_calls", None)
-    assert ch["message"]["content"] == "" and ch["token_ids"][-1] == EOS_ID
+    assert ch["message"]["content"] == "" and ch["response_token_ids"][-1] == EOS_ID
 
 
 def test_sglang_meta_info_with_return_meta_info(http: httpx.Client, fake: FakeVLLM) -> None:
@@ -897,7 +899,10 @@ def test_sglang_meta_info_with_return_meta_info(http: httpx.Client, fake: FakeVL
     ch = chat(http, return_meta_info=True)["choices"][0]
     meta = ch["meta_info"]
     assert meta["finish_reason"] == {"type": "stop", "matched": EOS_ID}
-    assert [e[1] for e in meta["output_token_logprobs"]] == ch["token_ids"]
+    assert [e[1] for e in meta["output_token_logprobs"]] == ch["response_token_ids"]
+    assert [e[2] for e in meta["output_token_logprobs"]] == [
+        e["token"] for e in ch["logprobs"]["content"]
+    ]
     content = ch["logprobs"]["content"]
     assert [e[0] for e in meta["output_token_logprobs"]] == [e["logprob"] for e in content]
     assert [len(t) for t in meta["output_top_logprobs"]] == [3] * len(content)
@@ -938,5 +943,9 @@ def test_sglang_completions_shape(http: httpx.Client, fake: FakeVLLM) -> None:
     ]
     assert ch["prompt_token_ids"] == ids and ch["matched_stop"] == EOS_ID
     assert ch["token_ids"] == vllm_reply["choices"][0]["token_ids"]
-    assert ch["logprobs"] == vllm_reply["choices"][0]["logprobs"]
+    want = vllm_reply["choices"][0]["logprobs"]
+    assert ch["logprobs"]["token_logprobs"] == want["token_logprobs"]
+    # SGLang 0.5.23 (tests/fixtures/sglang-cpu/05): tokens by text, offsets -1
+    assert not any(t.startswith("token_id:") for t in ch["logprobs"]["tokens"])
+    assert set(ch["logprobs"]["text_offset"]) == {-1}
     assert list(complete(http, prompt=ids)["choices"][0])[-1] == "matched_stop"

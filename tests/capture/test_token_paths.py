@@ -299,3 +299,42 @@ def test_real_vllm_completion_text_has_no_close_text_when_it_stops_on_eos():
     assert reply["choices"][0]["token_ids"][-1] == 2
     out = chat_from_completion(reply, {"tools": TOOLS}, Parsers())
     assert out["choices"][0]["message"]["content"] == reply["choices"][0]["text"]
+
+
+SGLANG = Path(__file__).resolve().parents[1] / "fixtures" / "sglang-cpu"
+
+
+def _sglang(name: str) -> dict:
+    return json.loads((SGLANG / name).read_text())
+
+
+def test_real_sglang_chat_reply_normalises_to_a_trainable_turn():
+    reply = _sglang("02_chat_token_ids.json")["response"]["body"]
+    choice = reply["choices"][0]
+    out = normalise_reply(reply)
+    assert out["prompt_token_ids"] == choice["prompt_token_ids"]
+    assert out["choices"][0]["token_ids"] == choice["response_token_ids"]
+    content = out["choices"][0]["logprobs"]["content"]
+    assert [e["token"] for e in content] == [f"token_id:{t}" for t in choice["response_token_ids"]]
+    # the logprobs SGLang paired with each id are the ones it wrote by text
+    assert [e["logprob"] for e in content] == [e["logprob"] for e in choice["logprobs"]["content"]]
+    ingested = ingest_chat_reply("n1", out, capture_level=CaptureLevel.TOKENS)
+    assert ingested.turn is not None and ingested.turn.logprobs_ok
+
+
+def test_real_sglang_uses_input_ids_and_echoes_them_on_the_choice():
+    asked = _sglang("03_chat_input_ids.json")
+    plain = _sglang("02_chat_token_ids.json")["response"]["body"]["choices"][0]
+    sent = asked["request"]["body"]["input_ids"]
+    reply = asked["response"]["body"]
+    assert PATHS["sglang_chat"].echoed(reply) == sent
+    # the messages said something else: the ids were the prompt
+    assert reply["choices"][0]["response_token_ids"] == plain["response_token_ids"]
+
+
+def test_real_sglang_completions_cannot_carry_logprobs_by_id():
+    # its completions name tokens by text even when asked for ids (05b): no id pairing
+    reply = _sglang("05b_completions_rollwire_shape_tokens_as_ids.json")["response"]["body"]
+    out = chat_from_completion(reply, {"top_logprobs": 0}, Parsers())
+    ingested = ingest_chat_reply("n1", out, capture_level=CaptureLevel.TOKENS)
+    assert ingested.turn is not None and not ingested.turn.logprobs_ok

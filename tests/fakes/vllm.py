@@ -1124,6 +1124,25 @@ class FakeVLLM:
         finish = "tool_calls" if choice.finish_reason == "stop" else choice.finish_reason
         return _Outcome(finish, None, call)
 
+    def _text_logprobs(self, content: list[dict[str, Any] | None]) -> list[dict[str, Any] | None]:
+        """Logprob entries as SGLang writes them: tokens by their text, with its bytes."""
+
+        def named(entry: dict[str, Any]) -> dict[str, Any]:
+            token = str(entry["token"])
+            if token.startswith("token_id:"):
+                text = self.tokenizer.piece(int(token.removeprefix("token_id:")))
+                return {**entry, "token": text, "bytes": list(text.encode())}
+            return entry
+
+        out: list[dict[str, Any] | None] = []
+        for entry in content:
+            if entry is None:
+                out.append(None)
+                continue
+            tops = [named(t) for t in entry.get("top_logprobs") or []]
+            out.append({**named(entry), "top_logprobs": tops})
+        return out
+
     def _meta_info(
         self,
         cid: str,
@@ -1133,7 +1152,8 @@ class FakeVLLM:
         params: _Params,
     ) -> dict[str, Any]:
         """SGLang's per-choice ``meta_info`` (``return_meta_info``), with the sampled logprobs as
-        ``[logprob, id, null]`` per position when logprobs were asked for."""
+        ``[logprob, id, text]`` per position when logprobs were asked for (SGLang 0.5.23,
+        tests/fixtures/sglang-cpu/02)."""
         finish: dict[str, Any] = {"type": outcome.finish_reason}
         if outcome.finish_reason == "length":
             finish["length"] = params.limit
@@ -1149,11 +1169,13 @@ class FakeVLLM:
             "e2e_latency": 0.0,
         }
         if params.logprobs:
+            piece = self.tokenizer.piece
             meta["output_token_logprobs"] = [
-                [lp, tid, None] for tid, (lp, _) in zip(choice.ids, choice.scores, strict=True)
+                [lp, tid, piece(tid)]
+                for tid, (lp, _) in zip(choice.ids, choice.scores, strict=True)
             ]
             meta["output_top_logprobs"] = [
-                [[v, t, None] for t, v in [(tid, lp), *alts][: params.top_logprobs]]
+                [[v, t, piece(t)] for t, v in [(tid, lp), *alts][: params.top_logprobs]]
                 for tid, (lp, alts) in zip(choice.ids, choice.scores, strict=True)
             ]
         return meta
@@ -1251,9 +1273,12 @@ class FakeVLLM:
             broken = f'{{"id":"{cid}","object":"chat.completion","choices":[{{"index":0,'
             return Response(broken.encode(), media_type="application/json"), False
         if sglang:
+            # SGLang 0.5.23 (tests/fixtures/sglang-cpu/02): return_token_ids fills both
+            # choices[].prompt_token_ids and choices[].response_token_ids; logprob entries name
+            # tokens by text
             return_prompt_ids = (
-                bool(body.get("return_prompt_token_ids")) and not b.ignore_return_token_ids
-            )
+                bool(body.get("return_prompt_token_ids")) or return_ids
+            ) and not b.ignore_return_token_ids
             sgl_choices = []
             for i, (c, out) in enumerate(zip(choices, outcomes, strict=True)):
                 sgl_choice: dict[str, Any] = {
@@ -1264,14 +1289,16 @@ class FakeVLLM:
                         "reasoning_content": None,
                         "tool_calls": None if out.tool_call is None else [out.tool_call],
                     },
-                    "logprobs": None if lp_content[i] is None else {"content": lp_content[i]},
+                    "logprobs": None
+                    if lp_content[i] is None
+                    else {"content": self._text_logprobs(lp_content[i])},
                     "finish_reason": out.finish_reason,
                     "matched_stop": out.matched_stop,
                 }
                 if return_prompt_ids:
                     sgl_choice["prompt_token_ids"] = list(prompt_ids)
                 if return_ids:
-                    sgl_choice["token_ids"] = list(c.ids)
+                    sgl_choice["response_token_ids"] = list(c.ids)
                 if body.get("return_meta_info"):
                     sgl_choice["meta_info"] = self._meta_info(cid, c, out, len(prompt_ids), params)
                 sgl_choices.append(sgl_choice)
@@ -1545,6 +1572,8 @@ class FakeVLLM:
         skip = True if skip is None else bool(skip)
         as_ids = body.get("return_tokens_as_token_ids")
         as_ids = True if as_ids is None else bool(as_ids)
+        if sglang:  # SGLang 0.5.23 accepts the field and names tokens by text anyway (05b)
+            as_ids = False
         completion_tokens = sum(len(c.ids) for c in choices)
         self.stats["ok"] += 1
         self.stats["prompt_tokens"] += len(prompt_ids)
@@ -1562,6 +1591,8 @@ class FakeVLLM:
                 None if top is None else self._completion_logprobs(c, params.top_logprobs, as_ids)
             )
             if sglang:
+                if logprobs is not None:  # SGLang 0.5.23 writes -1 offsets (fixture 05)
+                    logprobs["text_offset"] = [-1] * len(logprobs["text_offset"])
                 stopped = c.finish_reason == "stop" and bool(c.ids) and c.ids[-1] == EOS_ID
                 choice: dict[str, Any] = {
                     "index": i,
@@ -1692,9 +1723,9 @@ class FakeVLLM:
         return body
 
     async def _tokenize(self, request: Request) -> Response:
-        """vLLM's ``/tokenize`` (prompt, or messages rendered like a chat request). SGLang's has
-        no ``add_generation_prompt``: messages always get the generation prompt, and the reply
-        is ``{tokens, count, max_model_len}``."""
+        """vLLM's ``/tokenize`` (prompt, or messages rendered like a chat request). SGLang's
+        (0.5.23, tests/fixtures/sglang-cpu/04) honours ``add_generation_prompt`` too, and
+        replies ``{tokens, count, max_model_len}``."""
         self.stats["requests"] += 1
         sglang = self.behavior.engine == "sglang"
         try:
@@ -1702,7 +1733,7 @@ class FakeVLLM:
             self._check_model(body)
             if "messages" in body:
                 tools = body.get("tools")
-                add = True if sglang else bool(body.get("add_generation_prompt", True))
+                add = bool(body.get("add_generation_prompt", True))
                 ids = self.render_prompt(
                     body["messages"], add, tools=tools if isinstance(tools, list) else None
                 )

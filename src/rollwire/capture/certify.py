@@ -412,10 +412,16 @@ async def _probe_token_in(prober: _Prober, model: str) -> tuple[list[str], str |
         if path.echoed(reply) != ids:
             why.append(f"{name}: the engine ignored the token prompt (it echoed other ids)")
             continue
-        sampled = path.to_chat(reply, chat_body, Parsers())
+        sampled = normalise_reply(path.to_chat(reply, chat_body, Parsers()))
         choice = (sampled.get("choices") or [None])[0] if isinstance(sampled, dict) else None
         if not isinstance(choice, dict) or not isinstance(choice.get("token_ids"), list):
             why.append(f"{name}: no sampled token ids came back")
+            continue
+        lps = choice.get("logprobs")
+        content = lps.get("content") if isinstance(lps, dict) else None
+        if check_logprobs(choice["token_ids"], content, "probe").values is None:
+            # e.g. SGLang's completions name tokens by text: ids and logprobs cannot be paired
+            why.append(f"{name}: its logprobs are not given per token id")
             continue
         works.append(name)
     return works, None if works else "; ".join(why)

@@ -76,6 +76,10 @@ def residuals(check: str, captured: list[float], rescored: list[float]) -> Resid
     )
 
 
+class RescoreUnsupported(Exception):
+    """The engine offers no re-scoring parity can use."""
+
+
 async def rescore(
     upstream: Upstream, model: str, ids: list[int], start: int, temperature: float
 ) -> list[float]:
@@ -89,7 +93,12 @@ async def rescore(
         "sequential_from": start,  # the reference engine's exact mode; vLLM ignores it
     }
     reply = await upstream.request_json("POST", "/completions", body)
-    entries = reply["choices"][0]["prompt_logprobs"]
+    entries = reply["choices"][0].get("prompt_logprobs")
+    if not isinstance(entries, list):
+        raise RescoreUnsupported(
+            "the engine's /v1/completions returned no prompt_logprobs (vLLM's re-scoring field; "
+            "SGLang 0.5.23 answers without it and re-scores only on its native /generate)"
+        )
     out: list[float] = []
     for i in range(start, len(ids)):
         entry = entries[i]
@@ -263,6 +272,9 @@ async def score_document(
                 scored = await rescore(upstream, model, ids, start, t)
                 sink += [scored[i] for i in keep]
         report.findings.extend(f for f in doc.findings if f.level != "INFO")
+    except RescoreUnsupported as exc:
+        report.findings.append(fatal("rescore_unsupported", str(exc)))
+        return report
     except (UpstreamError, httpx.HTTPError, KeyError, IndexError, TypeError) as exc:
         report.findings.append(fatal("parity_failed", f"{type(exc).__name__}: {exc}"))
         return report

@@ -208,31 +208,43 @@ def lift_choice_prompt_ids(reply: Any) -> Any:
 
 
 def normalise_reply(reply: Any) -> Any:
-    """An engine's chat reply in vLLM's shape, which the capture reads: SGLang's prompt ids
-    (on the choice, with ``return_prompt_token_ids``) lifted to the top level, and its sampled
-    logprobs from ``meta_info.output_token_logprobs`` (``[logprob, id, text]`` per position,
-    with ``return_meta_info``) written as ``token_id:N`` entries when its ``logprobs.content``
-    names tokens by text. A vLLM reply is returned unchanged."""
+    """An engine's chat reply in vLLM's shape, which the capture reads. SGLang (0.5.23, fixtures
+    tests/fixtures/sglang-cpu) returns the prompt ids on the choice (``prompt_token_ids``, with
+    ``return_prompt_token_ids``), the sampled ids as ``choices[0].response_token_ids``, and
+    ``logprobs.content`` naming tokens by text; its ``meta_info.output_token_logprobs`` (with
+    ``return_meta_info``) pairs each sampled id with its logprob as ``[logprob, id, text]``.
+    Those become vLLM's top-level ``prompt_token_ids``, ``choices[0].token_ids`` and
+    ``token_id:N`` logprob entries. A vLLM reply is returned unchanged."""
     reply = lift_choice_prompt_ids(reply)
     choice = _first_choice(reply)
-    meta = choice.get("meta_info")
-    if not isinstance(meta, Mapping) or not isinstance(meta.get("output_token_logprobs"), list):
+    if not choice:
         return reply
+    updates: dict[str, Any] = {}
+    if choice.get("token_ids") is None and _ids(choice.get("response_token_ids")) is not None:
+        updates["token_ids"] = list(choice["response_token_ids"])
+    meta = choice.get("meta_info")
     lps = choice.get("logprobs")
     content = lps.get("content") if isinstance(lps, Mapping) else None
-    if isinstance(content, list) and all(
-        isinstance(e, Mapping) and str(e.get("token", "")).startswith("token_id:") for e in content
-    ):
+    by_text = not (
+        isinstance(content, list)
+        and all(
+            isinstance(e, Mapping) and str(e.get("token", "")).startswith("token_id:")
+            for e in content
+        )
+    )
+    if by_text and isinstance(meta, Mapping):
+        rebuilt = _meta_logprobs(meta)
+        if rebuilt is not None:
+            updates["logprobs"] = {"content": rebuilt}
+    if not updates:
         return reply
-    rebuilt = _meta_logprobs(meta)
-    if rebuilt is None:
-        return reply
-    new_choice = {**choice, "logprobs": {"content": rebuilt}}
-    return {**reply, "choices": [new_choice, *reply["choices"][1:]]}
+    return {**reply, "choices": [{**choice, **updates}, *reply["choices"][1:]]}
 
 
 def _meta_logprobs(meta: Mapping[str, Any]) -> list[dict[str, Any]] | None:
     entries = meta.get("output_token_logprobs")
+    if not isinstance(entries, list):
+        return None
     tops = meta.get("output_top_logprobs")
     out = []
     for i, entry in enumerate(entries or []):

@@ -1,6 +1,7 @@
-"""Parity refuses to compare captures made at T != 1 on an engine whose re-score ignores the
-temperature (real vLLM 0.32: prompt_logprobs are computed before temperature, fixture 12f2),
-instead of reporting a misalignment that is not there."""
+"""Parity names an engine it cannot re-score with instead of reporting a misalignment that is
+not there: one whose re-score ignores the temperature (real vLLM 0.32: prompt_logprobs are
+computed before temperature, fixture 12f2), or one with no prompt_logprobs at all (real SGLang
+0.5.23)."""
 
 from __future__ import annotations
 
@@ -69,3 +70,21 @@ async def test_a_rescore_that_follows_temperature_is_compared():
     out = await score_document(report, engine(honours_temperature=True), "smol", document())
     assert "rescore_ignores_temperature" not in [f.code for f in out.findings]
     assert out.honest is not None, out.findings
+
+
+async def test_an_engine_without_prompt_logprobs_is_named_as_such():
+    # real SGLang 0.5.23 answers /v1/completions without prompt_logprobs
+    reply = json.loads(
+        (FIXTURES.parent / "sglang-cpu" / "05_completions_token_prompt.json").read_text()
+    )["response"]["body"]
+    upstream = Upstream(
+        "http://sglang/v1",
+        transport=httpx.MockTransport(lambda _r: httpx.Response(200, json=reply)),
+    )
+    doc = document()
+    doc.turns[0].applied_params = {"temperature": 1.0}
+    report = ParityReport(llm_url="http://sglang/v1", temperature=1.0)
+    out = await score_document(report, upstream, "smol", doc)
+    assert out.verdict == "NOT RUN"
+    (finding,) = out.findings
+    assert finding.code == "rescore_unsupported" and "prompt_logprobs" in finding.message
