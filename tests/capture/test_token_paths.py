@@ -107,6 +107,12 @@ def test_completions_request_carries_the_ids_and_the_sampling_fields():
     assert "messages" not in out
 
 
+def test_completions_request_keeps_the_callers_other_sampling_controls():
+    body = {"model": "m", "max_tokens": 8, "stop_token_ids": [7], "top_k": 5, "min_p": 0.1}
+    out = completion_request(body, [1, 2], 2048)
+    assert (out["stop_token_ids"], out["top_k"], out["min_p"]) == ([7], 5, 0.1)
+
+
 def test_completions_without_max_tokens_gets_the_room_left_in_the_context():
     out = completion_request({"model": "m"}, list(range(100)), 2048)
     assert out["max_tokens"] == 1948

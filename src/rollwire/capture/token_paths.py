@@ -44,6 +44,9 @@ _SAMPLING = (
     "ignore_eos",
     "min_tokens",
     "logit_bias",
+    "stop_token_ids",
+    "bad_words",
+    "allowed_token_ids",
 )
 
 
