@@ -303,15 +303,9 @@ class CaptureProxy:
         return self._upstream
 
     async def max_model_len(self) -> int | None:
-        """The served model's context length from ``GET /models`` (vLLM and SGLang list it),
-        None when the endpoint does not say."""
-        if self._max_model_len is None:
-            model = await self.resolve_model()
-            with contextlib.suppress(UpstreamError):
-                for card in await self.upstream.model_cards():
-                    value = card.get("max_model_len")
-                    if card.get("id") == model and isinstance(value, int) and value > 0:
-                        self._max_model_len = value
+        """The served model's context length, from the ``GET /models`` card that
+        :meth:`resolve_model` read (vLLM and SGLang list it); None when it does not say."""
+        await self.resolve_model()
         return self._max_model_len
 
     async def resolve_model(self) -> str:
@@ -320,12 +314,13 @@ class CaptureProxy:
             return self._model
         wanted = self.config.model
         try:
-            served = await self.upstream.served_models()
+            cards = await self.upstream.model_cards()
         except UpstreamError:
             if wanted:  # some OpenAI-spec endpoints have no /models: trust the operator
                 self._model = wanted
                 return wanted
             raise
+        served = [str(c["id"]) for c in cards]
         if wanted:
             if wanted not in served:
                 raise chat.RequestError(
@@ -342,6 +337,10 @@ class CaptureProxy:
                 param="model",
                 status=502,
             )
+        for card in cards:
+            value = card.get("max_model_len")
+            if card["id"] == self._model and isinstance(value, int) and value > 0:
+                self._max_model_len = value
         return self._model
 
     # ---- data plane -------------------------------------------------------------------------
@@ -548,7 +547,7 @@ class CaptureProxy:
                 },
             )
             out = splice(parent.memory, full, history, close_id=close_id)
-            ctx = await self.max_model_len() if path.name == "completions" else None
+            ctx = await self.max_model_len() if path.needs_context else None
             send = _TokenSend(
                 path, out.prompt_ids, path.request(prepared.upstream, out.prompt_ids, ctx)
             )

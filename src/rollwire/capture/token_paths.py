@@ -22,13 +22,12 @@ checks the echo.
 
 from __future__ import annotations
 
-import json
 import re
-import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rollwire.capture.dialects import hermes
 from rollwire.capture.splice import Fallback
 
 # Sampling fields a chat request shares with completions (copied when present).
@@ -57,41 +56,12 @@ def _no_tools(text: str) -> tuple[str | None, list[dict[str, Any]]]:
     return text, []
 
 
-_HERMES = re.compile(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)", re.DOTALL)
-
-
-def _hermes(text: str) -> tuple[str | None, list[dict[str, Any]]]:
-    """vLLM's ``hermes`` parser, as its ``Hermes2ProToolParser.extract_tool_calls`` reads a
-    finished reply: every ``<tool_call>`` body (the last may be unclosed) must be JSON with a
-    ``name``, or nothing is a call and the whole text is content; arguments are re-serialised
-    (``json.dumps(..., ensure_ascii=False)``); content is the text before the first tag, or None."""
-    if "<tool_call>" not in text:
-        return text, []
-    try:
-        found = [json.loads(a or b) for a, b in _HERMES.findall(text)]
-        calls = [
-            {
-                "id": f"chatcmpl-tool-{secrets.token_hex(8)}",
-                "type": "function",
-                "function": {
-                    "name": str(obj["name"]),
-                    "arguments": json.dumps(obj["arguments"], ensure_ascii=False),
-                },
-            }
-            for obj in found
-        ]
-    except (ValueError, KeyError, TypeError):
-        return text, []
-    content = text[: text.find("<tool_call>")]
-    return content or None, calls
-
-
 ToolParser = Callable[[str], tuple[str | None, list[dict[str, Any]]]]
 ReasoningParser = Callable[[str], tuple[str | None, str]]
 
 TOOL_PARSERS: dict[str, ToolParser] = {
     # vLLM/SGLang ``hermes``: <tool_call>{"name": ..., "arguments": {...}}</tool_call>
-    "hermes": _hermes,
+    "hermes": hermes.parse_calls_as_vllm,
     "none": _no_tools,
 }
 
@@ -152,8 +122,11 @@ class TokenPath:
     echoed: Callable[[Any], list[int] | None]
     # a call this path cannot carry -> the fallback reason, else None
     refuses: Callable[[Mapping[str, Any]], str | None]
-    # (engine reply, upstream chat body, parsers) -> a vLLM-shaped chat reply
+    # (engine reply, upstream chat body, parsers) -> a chat reply (normalise_reply then reads
+    # any engine's chat reply in vLLM's shape)
     to_chat: Callable[[Any, Mapping[str, Any], Parsers], Any]
+    # the request needs the context length (max_tokens is not optional on this route)
+    needs_context: bool = False
 
 
 def _never(_body: Mapping[str, Any]) -> str | None:
@@ -201,15 +174,6 @@ def _sglang_echo(reply: Any) -> list[int] | None:
     return _ids(_first_choice(reply).get("prompt_token_ids"))
 
 
-def lift_choice_prompt_ids(reply: Any) -> Any:
-    """SGLang returns the prompt ids on the choice; the capture reads vLLM's top level."""
-    if isinstance(reply, dict) and reply.get("prompt_token_ids") is None:
-        ids = _ids(_first_choice(reply).get("prompt_token_ids"))
-        if ids is not None:
-            return {**reply, "prompt_token_ids": ids}
-    return reply
-
-
 def normalise_reply(reply: Any) -> Any:
     """An engine's chat reply in vLLM's shape, which the capture reads. SGLang (0.5.23, fixtures
     tests/fixtures/sglang-cpu) returns the prompt ids on the choice (``prompt_token_ids``, with
@@ -217,31 +181,31 @@ def normalise_reply(reply: Any) -> Any:
     ``logprobs.content`` naming tokens by text; its ``meta_info.output_token_logprobs`` (with
     ``return_meta_info``) pairs each sampled id with its logprob as ``[logprob, id, text]``.
     Those become vLLM's top-level ``prompt_token_ids``, ``choices[0].token_ids`` and
-    ``token_id:N`` logprob entries. A vLLM reply is returned unchanged."""
-    reply = lift_choice_prompt_ids(reply)
+    ``token_id:N`` logprob entries. A vLLM reply is returned unchanged (and not scanned: it has
+    no ``meta_info``). The proxy applies this once to every chat reply."""
     choice = _first_choice(reply)
-    if not choice:
+    if not choice or not isinstance(reply, dict):
         return reply
+    top: dict[str, Any] = {}
+    if reply.get("prompt_token_ids") is None and _ids(choice.get("prompt_token_ids")) is not None:
+        top["prompt_token_ids"] = list(choice["prompt_token_ids"])
     updates: dict[str, Any] = {}
     if choice.get("token_ids") is None and _ids(choice.get("response_token_ids")) is not None:
         updates["token_ids"] = list(choice["response_token_ids"])
     meta = choice.get("meta_info")
-    lps = choice.get("logprobs")
-    content = lps.get("content") if isinstance(lps, Mapping) else None
-    by_text = not (
-        isinstance(content, list)
-        and all(
+    if isinstance(meta, Mapping):
+        lps = choice.get("logprobs")
+        content = lps.get("content") if isinstance(lps, Mapping) else None
+        by_id = isinstance(content, list) and all(
             isinstance(e, Mapping) and str(e.get("token", "")).startswith("token_id:")
             for e in content
         )
-    )
-    if by_text and isinstance(meta, Mapping):
-        rebuilt = _meta_logprobs(meta)
+        rebuilt = None if by_id else _meta_logprobs(meta)
         if rebuilt is not None:
             updates["logprobs"] = {"content": rebuilt}
-    if not updates:
-        return reply
-    return {**reply, "choices": [{**choice, **updates}, *reply["choices"][1:]]}
+    if updates:
+        top["choices"] = [{**choice, **updates}, *reply["choices"][1:]]
+    return {**reply, **top} if top else reply
 
 
 def _meta_logprobs(meta: Mapping[str, Any]) -> list[dict[str, Any]] | None:
@@ -274,10 +238,6 @@ def _meta_logprobs(meta: Mapping[str, Any]) -> list[dict[str, Any]] | None:
             }
         )
     return out
-
-
-def _sglang_to_chat(reply: Any, _body: Mapping[str, Any], _parsers: Parsers) -> Any:
-    return normalise_reply(reply)
 
 
 # completions ----------------------------------------------------------------------------------
@@ -429,7 +389,7 @@ PATHS: dict[str, TokenPath] = {
         "vllm_chat", "/chat/completions", _vllm_request, _vllm_echo, _never, _as_is
     ),
     "sglang_chat": TokenPath(
-        "sglang_chat", "/chat/completions", _sglang_request, _sglang_echo, _never, _sglang_to_chat
+        "sglang_chat", "/chat/completions", _sglang_request, _sglang_echo, _never, _as_is
     ),
     "completions": TokenPath(
         "completions",
@@ -438,6 +398,7 @@ PATHS: dict[str, TokenPath] = {
         _completions_echo,
         _completions_refuses,
         chat_from_completion,
+        needs_context=True,
     ),
 }
 

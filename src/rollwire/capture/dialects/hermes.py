@@ -100,6 +100,39 @@ def prepare_messages(
     return out
 
 
+def _call(name: str, arguments: str) -> dict[str, Any]:
+    """One OpenAI-shaped tool call, with a vLLM-style id."""
+    return {
+        "id": f"chatcmpl-tool-{secrets.token_hex(8)}",
+        "type": "function",
+        "function": {"name": name, "arguments": arguments},
+    }
+
+
+# vLLM's Hermes2ProToolParser pattern: the last call may be unclosed.
+_VLLM_CALL = re.compile(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)", re.DOTALL)
+
+
+def parse_calls_as_vllm(text: str) -> tuple[str | None, list[dict[str, Any]]]:
+    """vLLM's ``hermes`` parser as its ``extract_tool_calls`` reads a finished reply (used where
+    rollwire parses for an engine: the completions token-in path). Stricter than
+    :func:`parse_calls`: every ``<tool_call>`` body must be JSON with a ``name``, or nothing is
+    a call and the whole text is content; arguments are re-serialised
+    (``json.dumps(..., ensure_ascii=False)``); content is the text before the first tag, or None."""
+    if "<tool_call>" not in text:
+        return text, []
+    try:
+        found = [json.loads(a or b) for a, b in _VLLM_CALL.findall(text)]
+        calls = [
+            _call(str(obj["name"]), json.dumps(obj["arguments"], ensure_ascii=False))
+            for obj in found
+        ]
+    except (ValueError, KeyError, TypeError):
+        return text, []
+    content = text[: text.find("<tool_call>")]
+    return content or None, calls
+
+
 def parse_calls(text: str) -> tuple[str, list[dict[str, Any]]]:
     """Split generated text into content and OpenAI-shaped tool calls (invalid JSON stays text)."""
     calls: list[dict[str, Any]] = []
@@ -115,16 +148,7 @@ def parse_calls(text: str) -> tuple[str, list[dict[str, Any]]]:
         kept.append(text[last : match.start()])
         last = match.end()
         args = obj.get("arguments", {})
-        calls.append(
-            {
-                "id": f"chatcmpl-tool-{secrets.token_hex(8)}",
-                "type": "function",
-                "function": {
-                    "name": obj["name"],
-                    "arguments": args if isinstance(args, str) else json.dumps(args),
-                },
-            }
-        )
+        calls.append(_call(obj["name"], args if isinstance(args, str) else json.dumps(args)))
     if not calls:
         return text, []
     kept.append(text[last:])
