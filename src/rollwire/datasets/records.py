@@ -15,7 +15,7 @@ import json
 from datetime import UTC, datetime
 from functools import cache
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -100,7 +100,8 @@ class SequenceRow(BaseModel):
     logprobs: list[float]
 
     @classmethod
-    def from_sequence(cls, seq: TrainingSequence) -> SequenceRow:
+    def from_sequence(cls, seq: TrainingSequence, **extra: Any) -> Self:
+        """The row of a captured sequence; ``extra``: the fields a subclass adds."""
         return cls(
             sequence_id=seq.sequence_id,
             role=seq.role,
@@ -108,6 +109,7 @@ class SequenceRow(BaseModel):
             input_ids=seq.input_ids,
             loss_mask=seq.loss_mask,
             logprobs=seq.logprobs,
+            **extra,
         )
 
 

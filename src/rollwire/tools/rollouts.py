@@ -134,13 +134,8 @@ def summary_of(
     sequences = None
     if include_tokens:
         sequences = [
-            TokenSequence(
-                sequence_id=s.sequence_id,
-                role=s.role,
-                trainable=s.trainable,
-                input_ids=s.input_ids,
-                loss_mask=s.loss_mask,
-                logprobs=s.logprobs,
+            TokenSequence.from_sequence(
+                s,
                 prompt_len=s.turn_spans[0].start if s.turn_spans else len(s.input_ids),
                 turn_spans=[[t.start, t.end] for t in s.turn_spans],
             )
