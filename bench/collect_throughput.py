@@ -63,6 +63,7 @@ from typing import Any
 import anyio
 import orjson
 
+from measure import git_state
 from rollwire.datasets.records import EpisodeRecord, episode_id
 from rollwire.datasets.store import EpisodeStore
 from rollwire.sessions.collect import CollectConfig, CollectProgress, collect, work_list
@@ -802,24 +803,6 @@ def _cache_source() -> None:
         filename = getattr(module, "__file__", None) or ""
         if "/rollwire/" in filename and filename.endswith(".py"):
             linecache.getlines(filename)
-
-
-def git_state() -> dict[str, Any]:
-    """The commit measured, and which files under src/ differed from it."""
-
-    def git(*argv: str) -> str:
-        try:
-            done = subprocess.run(
-                ["git", *argv], cwd=ROOT, capture_output=True, text=True, timeout=10
-            )
-        except (OSError, subprocess.SubprocessError):
-            return ""
-        return done.stdout.strip()
-
-    return {
-        "commit": git("rev-parse", "--short", "HEAD"),
-        "src_changes": git("status", "--porcelain", "--", "src").splitlines(),
-    }
 
 
 # --------------------------------------------------------------------------- report

@@ -14,17 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 
+from measure import free_port, start_fake
 from rollwire.capture.proxy import CaptureProxy, ProxyConfig
 from rollwire.capture.rollout import CaptureLevel
 from rollwire.capture.upstream import Upstream
@@ -32,37 +28,10 @@ from rollwire.harnesses.envs.registry import resolve
 from rollwire.harnesses.envs.run import run_env_rollout
 from rollwire.sessions.toolloop import LoopLimits
 
-ROOT = Path(__file__).resolve().parents[1]
 TASKS = {
     "reasoning_gym:chain_sum": {"min_terms": 2, "max_terms": 3},
     "openspiel:tic_tac_toe": {"opponent": "first_legal"},
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_fake(port: int) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "tests.fakes.vllm", "--port", str(port), "--reply-tokens", "24"]
-    if shutil.which("taskset"):
-        cmd = ["taskset", "-c", "0", *cmd]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(f"{url}/v1/models", timeout=1).raise_for_status()
-            httpx.post(
-                f"{url}/_fake/behavior", json={"tool_call_every_turn": True}
-            ).raise_for_status()
-            return proc
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("the fake vLLM did not start")
 
 
 async def scripted_episode(task: str, seed: int) -> float | None:
@@ -99,8 +68,8 @@ async def run_many(n: int, concurrency: int, episode: Any) -> tuple[float, list[
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    port = _free_port()
-    fake = start_fake(port)
+    port = free_port()
+    fake = start_fake(port, {"tool_call_every_turn": True}, reply_tokens=24, cpu=0, timeout_s=30)
     url = f"http://127.0.0.1:{port}"
     upstream = Upstream(url)
     proxy = CaptureProxy(

@@ -63,7 +63,6 @@ import os
 import platform
 import pstats
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -75,13 +74,20 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import httpx2
 import mcp
 import orjson
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from measure import (
+    cpu_seconds,
+    free_port,
+    git_state,
+    machine_busy_seconds,
+    percentile,
+    start_fake,
+)
 from rollwire.server.mcp_app import ServerState, build_server, http_app
 from rollwire.server.serving import bind, serving, url_of
 from rollwire.tools.rollouts import (
@@ -131,60 +137,6 @@ CONC_PATHS = (CONC_IN_PROCESS, CONC_HTTP_SHARED, CONC_HTTP_SESSIONS)
 
 
 # --------------------------------------------------------------------------- processes
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
-def cpu_seconds(pid: int) -> float:
-    """CPU time of a process, all its live threads (ns-exact from schedstat)."""
-    total = 0
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[0])
-        return total / 1e9
-    except (OSError, ValueError, IndexError):
-        return math.nan
-
-
-def machine_busy_seconds() -> float:
-    """Busy CPU time of the whole machine (all CPUs, steal included), from /proc/stat."""
-    try:
-        with open("/proc/stat") as f:
-            fields = f.readline().split()[1:]
-    except OSError:
-        return math.nan
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-
-def start_fake(port: int, pin: bool) -> subprocess.Popen[bytes]:
-    """The fake vLLM in its own process; it calls the first tool on every user turn."""
-    cmd = [sys.executable, "-m", "tests.fakes.vllm", "--port", str(port)]
-    cmd += ["--reply-tokens", str(REPLY_TOKENS)]
-    if pin:
-        cmd = ["taskset", "-c", str(FAKE_CPU), *cmd]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://{HOST}:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the fake vLLM exited with {proc.returncode}")
-        try:
-            httpx.get(f"{url}/v1/models", timeout=1).raise_for_status()
-            httpx.post(
-                f"{url}/_fake/behavior", json={"tool_call_every_turn": True}, timeout=5
-            ).raise_for_status()
-            return proc
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    proc.wait(5)
-    raise RuntimeError("the fake vLLM did not start within 60 s")
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -248,14 +200,6 @@ class CountingTransport(httpx2.AsyncBaseTransport):
 
 
 # --------------------------------------------------------------------------- statistics
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Nearest-rank percentile of an already sorted list."""
-    if not sorted_values:
-        return math.nan
-    k = max(0, math.ceil(q / 100 * len(sorted_values)) - 1)
-    return sorted_values[k]
 
 
 @dataclass
@@ -518,7 +462,12 @@ def rotate(items: tuple[str, ...], k: int) -> list[str]:
 
 async def measure(args: argparse.Namespace, pin: bool) -> dict[str, Any]:
     port = free_port()
-    fake = start_fake(port, pin)
+    fake = start_fake(
+        port,
+        {"tool_call_every_turn": True},
+        reply_tokens=REPLY_TOKENS,
+        cpu=FAKE_CPU if pin else None,
+    )
     llm_url = f"http://{HOST}:{port}/v1"
     state = ServerState()
     sock = bind(HOST, 0)
@@ -764,24 +713,6 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "loadavg_start_end": [load_start, os.getloadavg()[0]],
     }
     return doc
-
-
-def git_state() -> dict[str, Any]:
-    """The commit measured, and which files under src/ differed from it."""
-
-    def git(*argv: str) -> str:
-        try:
-            done = subprocess.run(
-                ["git", *argv], cwd=ROOT, capture_output=True, text=True, timeout=10
-            )
-        except (OSError, subprocess.SubprocessError):
-            return ""
-        return done.stdout.strip()
-
-    return {
-        "commit": git("rev-parse", "--short", "HEAD"),
-        "src_changes": git("status", "--porcelain", "--", "src").splitlines(),
-    }
 
 
 def _version(name: str) -> str | None:

@@ -67,6 +67,8 @@ from typing import Any
 
 import orjson
 
+from measure import cpu_seconds, free_port, machine_busy_seconds, percentile
+
 THIS_FILE = Path(__file__).resolve()
 ROOT = THIS_FILE.parents[1]
 RESULTS_DIR = ROOT / "bench" / "results"
@@ -230,37 +232,6 @@ async def serve_replay(port: int, origin_port: int, delay_s: float = 0.0) -> Non
 
 
 # --------------------------------------------------------------------------- processes
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
-def cpu_seconds(pid: int) -> float:
-    """CPU time of a process, all its live threads: ns-exact from schedstat, else utime+stime."""
-    total = 0
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[0])
-        return total / 1e9
-    except (OSError, ValueError, IndexError):
-        pass
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def machine_busy_seconds() -> float:
-    """Busy CPU time of the whole machine (all CPUs, including steal), from /proc/stat."""
-    with open("/proc/stat") as f:
-        fields = f.readline().split()[1:]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 ALL_SERVICES: list[Service] = []  # every process this benchmark started
@@ -453,14 +424,6 @@ async def run_load(
 
 
 # --------------------------------------------------------------------------- statistics
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Nearest-rank percentile of an already sorted list."""
-    if not sorted_values:
-        return math.nan
-    k = max(0, math.ceil(q / 100 * len(sorted_values)) - 1)
-    return sorted_values[k]
 
 
 @dataclass

@@ -50,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.fakes.serve import serve_in_thread
 from tests.fakes.vllm import FakeVLLM
 
+from measure import free_port, start_fake
 from rollwire.capture.parity import run_parity
 from rollwire.capture.proxy import CaptureProxy, ProxyConfig
 from rollwire.capture.rollout import CaptureLevel
@@ -153,31 +154,10 @@ def fake_upstream(in_process: bool) -> Iterator[str]:
         with serve_in_thread(fake.app) as url:
             yield url
         return
-    sock = bind("127.0.0.1", 0)
-    port = sock.getsockname()[1]
-    sock.close()
-    root = Path(__file__).resolve().parents[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.fakes.vllm", "--port", str(port)],
-        cwd=root,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
+    port = free_port()
+    proc = start_fake(port, FAKE_BEHAVIOR)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.post(
-                    f"{url}/_fake/behavior", json=FAKE_BEHAVIOR, timeout=2
-                ).raise_for_status()
-                break
-            except httpx.HTTPError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("the fake vLLM subprocess did not start") from None
-                time.sleep(0.2)
-        yield url
+        yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()
         proc.wait(timeout=10)
