@@ -8,15 +8,13 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from mcp import Client, StdioServerParameters
 
-from tests.fakes.serve import serve_in_thread
-from tests.fakes.vllm import FakeVLLM
+from tests.examples.conftest import ServeProcess
 from tests.tools.test_mcp_inmemory import TOOLS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,57 +27,15 @@ HEADER = ["task", "sample", "reward", "ok", "tier", "turns", "trainable", "error
 
 
 @pytest.fixture(scope="module")
-def fake() -> Iterator[tuple[FakeVLLM, str]]:
-    vllm = FakeVLLM(tool_call_every_turn=True)
-    with serve_in_thread(vllm.app) as url:
-        yield vllm, url + "/v1"
-
-
-class Server:
-    """A ``python -m rollwire serve --http`` process; stdout and stderr go to files."""
-
-    def __init__(self, tmp: Path, llm_url: str) -> None:
-        self.stdout, self.stderr = tmp / "stdout", tmp / "stderr"
-        env = {
-            **os.environ,
-            "ROLLWIRE_TRIALS_DIR": str(tmp / "trials"),
-            "HARBOR_TELEMETRY": "0",
-            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-            "PYTHONUNBUFFERED": "1",  # anything printed to stdout shows at once
-        }
-        argv = ["serve", "--http", "--port", "0", "--token", TOKEN, "--llm-url", llm_url]
-        with self.stdout.open("w") as out, self.stderr.open("w") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "rollwire", *argv], cwd=ROOT, stdout=out, stderr=err, env=env
-            )
-        self.url = self._banner_url()
-
-    def _banner_url(self) -> str:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            for line in self.stderr.read_text().splitlines():
-                if line.startswith("rollwire MCP server on "):
-                    return line.split(" on ", 1)[1].split()[0]
-            assert self.proc.poll() is None, self.stderr.read_text()
-            time.sleep(0.05)
-        raise TimeoutError(self.stderr.read_text())
-
-    def stdout_text(self) -> str:
-        return self.stdout.read_text()
-
-
-@pytest.fixture(scope="module")
-def server(fake, tmp_path_factory) -> Iterator[Server]:
-    served = Server(tmp_path_factory.mktemp("serve"), fake[1])
+def server(fake, tmp_path_factory) -> Iterator[ServeProcess]:
+    served = ServeProcess(tmp_path_factory.mktemp("serve"), fake[1], TOKEN)
     try:
         yield served
     finally:
-        served.proc.terminate()
-        served.proc.wait(timeout=20)
-    assert served.stdout_text() == ""
+        served.stop()
 
 
-def eval_client(server: Server, *args: str, token: str | None = TOKEN):
+def eval_client(server: ServeProcess, *args: str, token: str | None = TOKEN):
     env = {k: v for k, v in os.environ.items() if k != "ROLLWIRE_TOKEN"}
     auth = ["--token", token] if token else []
     done = subprocess.run(

@@ -18,15 +18,13 @@ import os
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from tests.fakes.serve import serve_in_thread
-from tests.fakes.vllm import FakeVLLM
+from tests.examples.conftest import ServeProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 TRL_GRPO = ROOT / "examples" / "trl_grpo.py"
@@ -38,55 +36,16 @@ CHAIN = "reasoning_gym:chain_sum"
 
 
 @pytest.fixture(scope="module")
-def fake() -> Iterator[tuple[FakeVLLM, str]]:
-    vllm = FakeVLLM(tool_call_every_turn=True)
-    with serve_in_thread(vllm.app) as url:
-        yield vllm, url + "/v1"
-
-
-class Server:
-    """A ``rollwire serve --http`` process with its own data directory."""
-
-    def __init__(self, tmp: Path, llm_url: str) -> None:
-        self.data_dir = tmp / "collections"
-        self.stdout, self.stderr = tmp / "stdout", tmp / "stderr"
-        env = {
-            **os.environ,
-            "ROLLWIRE_TRIALS_DIR": str(tmp / "trials"),
-            "HARBOR_TELEMETRY": "0",
-            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-            "HF_HUB_DISABLE_TELEMETRY": "1",
-            "PYTHONUNBUFFERED": "1",
-        }
-        argv = ["serve", "--http", "--port", "0", "--token", TOKEN, "--llm-url", llm_url]
-        argv += ["--data-dir", str(self.data_dir)]
-        with self.stdout.open("w") as out, self.stderr.open("w") as err:
-            self.proc = subprocess.Popen(
-                [SERVER_PYTHON, "-m", "rollwire", *argv], cwd=ROOT, stdout=out, stderr=err, env=env
-            )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            for line in self.stderr.read_text().splitlines():
-                if line.startswith("rollwire MCP server on "):
-                    self.url = line.split(" on ", 1)[1].split()[0]
-                    return
-            assert self.proc.poll() is None, self.stderr.read_text()
-            time.sleep(0.05)
-        raise TimeoutError(self.stderr.read_text())
-
-
-@pytest.fixture(scope="module")
-def server(fake, tmp_path_factory) -> Iterator[Server]:
-    served = Server(tmp_path_factory.mktemp("serve"), fake[1])
+def server(fake, tmp_path_factory) -> Iterator[ServeProcess]:
+    tmp = tmp_path_factory.mktemp("serve")
+    served = ServeProcess(tmp, fake[1], TOKEN, data_dir=tmp / "collections", python=SERVER_PYTHON)
     try:
         yield served
     finally:
-        served.proc.terminate()
-        served.proc.wait(timeout=20)
-    assert served.stdout.read_text() == ""  # logs on stderr only
+        served.stop()
 
 
-def run(script: Path, server: Server, *args: str, timeout: float = 120):
+def run(script: Path, server: ServeProcess, *args: str, timeout: float = 120):
     env = {k: v for k, v in os.environ.items() if k != "ROLLWIRE_TOKEN"}
     env["TRL_EXPERIMENTAL_SILENCE"] = "1"
     return subprocess.run(
@@ -210,7 +169,7 @@ def test_trl_grpo_check_catches_every_kind_of_violation():
 # --- curate.py ----------------------------------------------------------------------------------
 
 
-def curate(server: Server, fake, *args: str):
+def curate(server: ServeProcess, fake, *args: str):
     return run(
         CURATE, server, "--llm-url", fake[1], "--tasks", "reasoning_gym", "--query", "chain_sum",
         "--limit", "2", "--group-size", "2", "--max-turns", "2", *args,
