@@ -210,6 +210,19 @@ def test_rollout_command_runs_env_episodes_against_the_engine(engine_url, tmp_pa
     assert out.returncode == 0
 
 
+def test_rollout_answer_mode_text_turns_a_text_reply_into_a_verified_reward(fake_url):
+    args = ["rollout", "--llm-url", fake_url, "--task", "reasoning_gym:chain_sum", "--json"]
+    by_tool = json.loads(rollwire(*args).stdout)
+    by_text = json.loads(rollwire(*args, "--answer-mode", "text").stdout)
+    assert by_tool["reward"] is None and by_tool["answer_mode"] == "tool"
+    assert by_text["reward"] == 0.0 and by_text["stop_reason"] == "text_answer"
+    harbor = rollwire(
+        "rollout", "--dataset", "examples/tasks", "--task", "0", "--harness", "oracle",
+        "--answer-mode", "text",
+    )  # fmt: skip
+    assert harbor.returncode == 2 and "--answer-mode applies to env tasks only" in harbor.stderr
+
+
 def test_rollout_refuses_bad_task_config_naming_it():
     out = rollwire(
         "rollout", "--llm-url", "http://127.0.0.1:9/v1", "--task", "x:y", "--task-config", "{nope"

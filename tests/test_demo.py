@@ -28,6 +28,9 @@ def test_demo_runs_a_real_rollout_through_mcp_and_reports_where_the_document_is(
     assert "MCP validate_llm" in proc.stderr and "MCP run_rollout" in proc.stderr
     line = next(s for s in proc.stdout.splitlines() if s.startswith("rollout "))
     assert "reasoning_gym:chain_sum: reward " in line and "tier tokens" in line
+    reward = line.split(": reward ")[1].split(",")[0]
+    assert reward in ("0.0", "1.0"), line  # the verifier ran: a verified reward, never None
+    assert "stop text_answer" in line and "answer mode text" in line
     assert " trainable tokens" in line
     assert f"rollout document -> {out}" in proc.stdout
     assert "parity PASS" in proc.stdout

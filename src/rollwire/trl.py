@@ -194,11 +194,23 @@ class RolloutClient(AbstractContextManager["RolloutClient"]):
             raise RuntimeError("this RolloutClient is closed")
         return self._portal.call(self._batch, calls)
 
-    def call_tool(self, name: str, args: dict[str, Any]) -> Any:
-        """Any other tool, synchronously (the structured result; a tool error raises)."""
+    def call_tool(
+        self,
+        name: str,
+        args: dict[str, Any],
+        progress: Callable[[float, float | None, str | None], None] | None = None,
+    ) -> Any:
+        """Any other tool, synchronously (the structured result; a tool error raises).
+        ``progress(done, total, message)`` is called with the tool's progress notifications."""
+
+        async def on_progress(done: float, total: float | None, message: str | None) -> None:
+            if progress is not None:
+                progress(done, total, message)
 
         async def call() -> Any:
-            result = await self._client.call_tool(name, args)
+            result = await self._client.call_tool(
+                name, args, progress_callback=on_progress if progress else None
+            )
             if result.is_error:
                 text = " ".join(getattr(c, "text", "") for c in result.content)
                 raise RuntimeError(f"{name}: {text}")
@@ -241,14 +253,20 @@ def make_rollout_func(
     seed: int = 0,
     reward_key: str | None = None,
     pad_token_id: int = 0,
+    answer_mode: str | None = None,
+    task_config: dict[str, Any] | None = None,
 ) -> Callable[..., dict[str, list[Any]]]:
     """A synchronous ``rollout_func(prompts, trainer=None) -> dict`` for ``GRPOTrainer``.
 
     ``server_url`` is the server's MCP endpoint (``http://host:8400/mcp``); ``headers`` carry
     e.g. ``{"Authorization": "Bearer <token>"}``. ``llm`` is the engine the agent calls (the
     trainer's vLLM server, so rollouts sample from the current policy); omitted, the server's
-    ``--llm-url``. ``group_size``: set it to ``num_generations``. The client connects on the
-    first call and lives as long as the function (``rollout_func.close()`` ends it).
+    ``--llm-url``. ``group_size``: set it to ``num_generations``. ``answer_mode`` (env tasks):
+    ``tool`` (the server's default), ``text`` or ``either``: with ``text``/``either`` a policy
+    that answers in text instead of calling the task's tool still gets the verifier's reward
+    (0.0 or 1.0) rather than None. ``task_config``: env tasks' generator config (e.g.
+    ``{"min_terms": 2, "max_terms": 3}``). The client connects on the first call and lives as
+    long as the function (``rollout_func.close()`` ends it).
     """
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
@@ -288,12 +306,18 @@ def make_rollout_func(
                 }
             if not task.startswith("harbor:"):
                 args["seed"] = task_seed
+            env_only = (
+                (("answer_mode", answer_mode), ("task_config", task_config))
+                if not task.startswith("harbor:")
+                else ()
+            )
             for key, value in (
                 ("harness", harness),
                 ("sandbox", sandbox),
                 ("llm", llm),
                 ("limits", limits),
                 ("reward_key", reward_key),
+                *env_only,
             ):
                 if value is not None:
                     args[key] = value

@@ -29,7 +29,13 @@ def _collection(path, records) -> None:
 def _varied() -> list:
     """Every nullable column is non-null somewhere (so JSON type inference has a value)."""
     return [
-        make_record(0, reward=1.0, messages=[{"role": "user", "content": "2+2?"}], sandbox="local"),
+        make_record(
+            0,
+            reward=1.0,
+            messages=[{"role": "user", "content": "2+2?"}],
+            tools=[{"type": "function", "function": {"name": "answer"}}],
+            sandbox="local",
+        ),
         make_record(1, reward=None, seed=None),
         make_record(2, reward=0.0, reward_key="correct", stop_reason=None),
         make_record(3, reward=0.5, rewards={"correct": 0.5, "format": 1.0}, reward_key="correct"),
@@ -58,6 +64,7 @@ def test_parquet_and_jsonl_load_to_identical_features_and_rows(tmp_path):
     assert agent["loss_mask"] == records[3].sequences[1].loss_mask
     assert agent["logprobs"] == records[3].sequences[1].logprobs
     assert json.loads(from_parquet[0]["messages"]) == [{"role": "user", "content": "2+2?"}]
+    assert json.loads(from_parquet[0]["tools"])[0]["function"]["name"] == "answer"
     assert from_parquet[1]["reward"] is None and from_parquet[1]["seed"] is None
 
 

@@ -100,6 +100,34 @@ async def test_collect_episodes_reports_progress_resumes_and_pushes(
         assert row["sequences"][0]["logprobs"] == pytest.approx(original["logprobs"])
 
 
+async def test_collect_episodes_takes_answer_mode_and_task_config_and_records_the_talk(
+    client, fake_url
+):
+    c, state = client
+    args = {
+        "out_dir": "either",
+        "episodes": 2,
+        "tasks": ["reasoning_gym:chain_sum"],
+        "llm": fake_url,
+        "task_config": {"min_terms": 2, "max_terms": 2},
+        "answer_mode": "either",
+    }
+    out = (await c.call_tool("collect_episodes", args)).structured_content
+    assert out["collected"] == 2, out
+    path = state.data_dir / "either"
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert "answer_mode" in json.dumps(manifest) and "max_terms" in json.dumps(manifest)
+    for line in (path / "episodes.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        question = row["messages"][0]["content"]
+        assert question.count(" + ") + question.count(" - ") == 1  # two terms: the config held
+        assert [m["role"] for m in row["messages"]] == ["user", "assistant", "tool"]
+        assert row["messages"][1]["tool_calls"][0]["function"]["name"] == "answer"
+        assert [t["function"]["name"] for t in row["tools"]] == ["answer"]
+    other_mode = await c.call_tool("collect_episodes", {**args, "answer_mode": "text"})
+    assert other_mode.is_error and "CollectionMismatchError" in other_mode.content[0].text
+
+
 async def test_collect_and_push_bad_input_are_tool_errors(client, fake_url):
     c, _ = client
     base = {"out_dir": "x", "episodes": 2, "llm": fake_url}
@@ -132,6 +160,23 @@ def test_cli_collect_export_and_push_dry_run(fake_url, tmp_path, capsys, monkeyp
     text = capsys.readouterr().out
     assert REPO in text and "private" in text and TOKEN not in text
     assert cli.main(["push", str(tmp_path / "none"), "--repo-id", REPO, "--dry-run"]) == 2
+
+
+def test_cli_collect_takes_task_config_and_answer_mode(fake_url, tmp_path, capsys):
+    out = tmp_path / "c"
+    argv = ["collect", "--llm-url", fake_url, "--task", "reasoning_gym:chain_sum", "-n", "2"]
+    argv += ["--out", str(out), "--no-progress", "--answer-mode", "either"]
+    assert cli.main([*argv, "--task-config", '{"min_terms": 3, "max_terms": 3}']) == 0
+    rows = [json.loads(x) for x in (out / "episodes.jsonl").read_text().splitlines()]
+    assert all(r["messages"][0]["content"].count("=") == 1 for r in rows)
+    assert all(
+        r["messages"][0]["content"].count(" + ") + r["messages"][0]["content"].count(" - ") == 2
+        for r in rows
+    )
+    assert "either" in (out / "manifest.json").read_text()
+    capsys.readouterr()
+    assert cli.main([*argv, "--task-config", "[1]"]) == 2
+    assert "--task-config must be a JSON object" in capsys.readouterr().err
 
 
 def test_cli_collect_refuses_a_different_collection_in_out(fake_url, tmp_path, capsys):

@@ -297,10 +297,35 @@ async def test_run_rollout_multi_reward_with_reward_key(client):
             },
             "task_config",
         ),
+        (
+            {"task": f"harbor:{EXAMPLES}#count-errors", "harness": "oracle", "answer_mode": "text"},
+            "answer_mode",
+        ),
+        (
+            {"task": "openspiel:tic_tac_toe", "llm_url": "http://x/v1", "answer_mode": "either"},
+            "answer_mode",
+        ),
+        (
+            {"task": "reasoning_gym:chain_sum", "llm_url": "http://x/v1", "answer_mode": "voice"},
+            "answer_mode",
+        ),
     ],
 )
 async def test_run_rollout_bad_arguments_are_tool_errors_naming_the_field(client, args, field):
     assert names_field(await client.call_tool("run_rollout", args), field)
+
+
+async def test_run_rollout_answer_mode_text_gets_a_verified_reward_from_a_text_reply(client):
+    with serve_in_thread(FakeVLLM().app) as url:  # a model that answers in text, never by tool
+        args = {"task": "reasoning_gym:chain_sum", "llm_url": url + "/v1", "seed": 2}
+        by_tool = (await client.call_tool("run_rollout", args)).structured_content
+        by_text = (
+            await client.call_tool("run_rollout", {**args, "answer_mode": "text"})
+        ).structured_content
+    assert by_tool["reward"] is None and by_tool["stop_reason"] == "no_tool_call"
+    assert by_tool["answer_mode"] == "tool"  # the default, stated in the result
+    assert by_text["ok"] and by_text["reward"] == 0.0 and by_text["stop_reason"] == "text_answer"
+    assert by_text["answer_mode"] == "text" and by_text["counts"]["tool_calls"] == 0
 
 
 async def test_run_rollout_failures_are_results_not_errors(client, state, fake_url):

@@ -2,7 +2,7 @@
 
 Both use one flat schema (``arrow_schema``): scalars as they are; ``sequences`` as a list of
 structs whose ``input_ids``/``loss_mask``/``logprobs`` are nested lists (int64, int64, float64);
-``rewards``, ``findings``, ``messages`` and ``timings`` as JSON strings (sorted keys), because
+``rewards``, ``findings``, ``messages``, ``tools`` and ``timings`` as JSON strings (sorted keys), because
 their keys vary from episode to episode and a struct type would be inferred differently from file
 to file. ``datasets.load_dataset("parquet", ...)`` reads the Parquet shards to
 ``episode_features()``; ``load_dataset("json", ...)`` infers the same features when no column is
@@ -64,6 +64,7 @@ COLUMNS: dict[str, tuple[str, str]] = {
         "(aligned; loss_mask 1 only on sampled tokens with trustworthy logprobs)",
     ),
     "messages": ("string", "JSON list of chat messages (null when not recorded)"),
+    "tools": ("string", "JSON list of the tools offered (null when none or not recorded)"),
     "n_turns": ("int64", "model calls in the rollout"),
     "n_trainable_tokens": ("int64", "tokens with loss_mask 1 over the trainable sequences"),
     "stop_reason": ("string", "why the agent stopped"),
@@ -130,7 +131,7 @@ def export_row(record: EpisodeRecord) -> dict[str, Any]:
         value = data[name]
         if name in ("rewards", "findings", "timings"):
             value = _json_text(value)
-        elif name == "messages" and value is not None:
+        elif name in ("messages", "tools") and value is not None:
             value = _json_text(value)
         row[name] = value
     return row

@@ -139,7 +139,10 @@ class EpisodeRecord(BaseModel):
     sandbox: str | None = None
     findings: list[Finding] = Field(default_factory=list)
     sequences: list[SequenceRow] = Field(default_factory=list)
+    # The conversation as the agent held it (OpenAI chat format, tool calls and results
+    # included) and the tools offered; None where the harness does not record them.
     messages: list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None
     n_turns: int = 0
     n_trainable_tokens: int = 0
     stop_reason: str | None = None
@@ -158,6 +161,7 @@ class EpisodeRecord(BaseModel):
         group_id: str,
         model: str,
         messages: list[dict[str, Any]] | None = None,
+        tools: list[dict[str, Any]] | None = None,
     ) -> EpisodeRecord:
         """The record of a rollout's result. The id is derived from ``(task, sample_index, seed)``.
 
@@ -187,6 +191,7 @@ class EpisodeRecord(BaseModel):
             findings=list(result.findings),
             sequences=[SequenceRow.from_sequence(s) for s in result.sequences or []],
             messages=messages,
+            tools=tools,
             n_turns=result.n_turns,
             n_trainable_tokens=result.n_trainable_tokens,
             stop_reason=result.stop_reason,

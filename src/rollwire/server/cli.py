@@ -26,6 +26,7 @@ from rollwire.capture.rollout import CaptureLevel
 from rollwire.capture.token_paths import PATH_ORDER, REASONING_PARSERS, TOOL_PARSERS
 from rollwire.capture.upstream import Upstream
 from rollwire.server.serving import BindError, bind, serving, url_of
+from rollwire.sessions.base import ANSWER_MODES, DEFAULT_ANSWER_MODE
 
 log = logging.getLogger("rollwire")
 
@@ -218,6 +219,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                 max_tokens=args.max_tokens,
                 temperature=args.temperature,
                 seed=args.seed,
+                answer_mode=args.answer_mode,
             )
         )
     except ImportError as exc:
@@ -387,6 +389,9 @@ async def _harbor_rollouts(args: argparse.Namespace) -> int:
 
 async def _rollouts(args: argparse.Namespace) -> int:
     if args.dataset:
+        if args.answer_mode is not None:
+            _say("rollwire rollout: --answer-mode applies to env tasks only, not Harbor tasks")
+            return 2
         return await _harbor_rollouts(args)
     from rollwire.harnesses.envs.run import run_env_rollout
     from rollwire.sessions.toolloop import LoopLimits
@@ -419,7 +424,12 @@ async def _rollouts(args: argparse.Namespace) -> int:
                 tool_format=args.tool_format,
             )
             out = await run_env_rollout(
-                args.task, proxy=proxy, config=config, seed=seed, limits=limits
+                args.task,
+                proxy=proxy,
+                config=config,
+                seed=seed,
+                limits=limits,
+                answer_mode=args.answer_mode or DEFAULT_ANSWER_MODE,
             )
             failures += not out.result.ok
             await _write_document(out_dir, out.result.rollout_id, out.document)
@@ -709,6 +719,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)"
     )
     d.add_argument("--seed", type=int, default=0, help="first seed")
+    d.add_argument(
+        "--answer-mode",
+        choices=list(ANSWER_MODES),
+        default="text",
+        help="text (default: the embedded model answers in prose; the verifier reads its "
+        "<answer></answer>), tool (the task's answer tool only) or either",
+    )
     d.set_defaults(func=_cmd_demo)
 
     r = sub.add_parser(
@@ -769,6 +786,13 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["native", "text"],
         default="native",
         help="native tool calls (text calls in replies are read too) or the text format only",
+    )
+    r.add_argument(
+        "--answer-mode",
+        choices=list(ANSWER_MODES),
+        help="env tasks: how the answer reaches the environment: tool (default: a reply with no "
+        "tool call ends the episode with reward None), text (no tools; the reply is read by the "
+        "environment's own extraction, e.g. reasoning-gym's <answer></answer>), or either",
     )
     r.set_defaults(func=_cmd_rollout)
 

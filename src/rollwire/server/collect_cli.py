@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import sys
 from typing import Any
 
 import anyio
+
+from rollwire.datasets.sft import DEFAULT_EVAL_FRACTION
 
 
 def _say(message: str) -> None:
@@ -24,6 +27,16 @@ def _config(args: argparse.Namespace) -> Any:
     from rollwire.tools.rollouts import Limits, LLMSpec, Sampling
 
     tasks = resolve_tasks(args.task, dataset=args.dataset, task_glob=args.tasks)
+    task_config = None
+    if args.task_config:
+        try:
+            task_config = json.loads(args.task_config)
+        except ValueError as exc:
+            raise ValueError(
+                f"--task-config is not valid JSON ({exc}): {args.task_config!r}"
+            ) from None
+        if not isinstance(task_config, dict):
+            raise ValueError(f"--task-config must be a JSON object, got {args.task_config!r}")
     return CollectConfig(
         tasks=tasks,
         episodes=args.n,
@@ -36,6 +49,8 @@ def _config(args: argparse.Namespace) -> Any:
         sampling=Sampling(temperature=args.temperature, max_tokens=args.max_tokens),
         limits=Limits(max_turns=args.max_turns, timeout_s=args.timeout_s),
         reward_key=args.reward_key,
+        task_config=task_config,
+        answer_mode=args.answer_mode,
         seed=args.seed,
         concurrency=args.concurrency,
         min_reward=args.min_reward,
@@ -124,10 +139,15 @@ def _cmd_collect(args: argparse.Namespace) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     from rollwire.datasets.export import ExportError, export_collection
 
+    if args.format == "sft":
+        return _export_sft(args)
+    if args.min_reward is not None or args.messages_only:
+        _say("rollwire export: --min-reward and --messages-only apply to --format sft")
+        return 2
     try:
         result = export_collection(
             args.dir,
-            args.out_dir,
+            args.out,
             parquet=args.format == "parquet",
             jsonl=args.format == "jsonl",
         )
@@ -136,6 +156,30 @@ def _cmd_export(args: argparse.Namespace) -> int:
         return 2
     files = result.parquet_files + ([result.jsonl_file] if result.jsonl_file else [])
     print(f"{result.n_rows} episodes -> {result.out_dir}: {', '.join(files)}")
+    return 0
+
+
+def _export_sft(args: argparse.Namespace) -> int:
+    from rollwire.datasets.export import ExportError
+    from rollwire.datasets.sft import export_sft
+
+    try:
+        result = export_sft(
+            args.dir,
+            args.out,
+            min_reward=args.min_reward,
+            eval_fraction=args.eval_fraction,
+            messages_only=args.messages_only,
+        )
+    except (ExportError, OSError, ValueError) as exc:
+        _say(f"rollwire export: {exc}")
+        return 2
+    skipped = ", ".join(f"{n} {why}" for why, n in result.skipped.items() if n) or "none"
+    columns = "messages, tools" + (", input_ids, assistant_masks" if result.token_columns else "")
+    print(
+        f"sft: train {result.rows['train']} rows, eval {result.rows['eval']} rows "
+        f"({columns}) -> {result.out_dir}; skipped: {skipped}"
+    )
     return 0
 
 
@@ -195,18 +239,48 @@ def add_commands(sub: Any, endpoint_args: Any) -> None:
     c.add_argument("--temperature", type=float, help="sampling temperature")
     c.add_argument("--timeout-s", type=float, help="wall clock per episode")
     c.add_argument("--reward-key", help="which reward of a multi-reward verifier is the reward")
+    c.add_argument(
+        "--task-config", help='env tasks: config as JSON, e.g. \'{"min_terms": 2, "max_terms": 3}\''
+    )
+    c.add_argument(
+        "--answer-mode",
+        choices=["tool", "text", "either"],
+        help="env tasks: tool (default), text (the reply is read by the environment's own "
+        "answer extraction) or either",
+    )
     c.add_argument("--json", action="store_true", help="print the result as JSON")
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
     c.set_defaults(func=_cmd_collect)
 
     e = sub.add_parser(
         "export",
-        help="export a collection to Parquet or JSONL (the Hub's schema)",
-        description="Writes <DIR>/data/train-*.parquet or train.jsonl (or --out-dir).",
+        help="export a collection: Parquet or JSONL (the Hub's schema), or an SFT dataset",
+        description=(
+            "parquet/jsonl: every episode with its token arrays, to <DIR>/data/train-*.parquet "
+            "or train.jsonl. sft: a dataset TRL's SFTTrainer trains on as-is, to <DIR>/sft: "
+            "`messages` + `tools` per kept episode and, for a token-tier collection, "
+            "`input_ids` + `assistant_masks` (the captured ids, mask 1 on sampled tokens); "
+            "train/eval split by task instance (task, seed), recorded in split.json."
+        ),
     )
     e.add_argument("dir", help="the collection directory")
-    e.add_argument("--format", choices=("parquet", "jsonl"), default="parquet")
-    e.add_argument("--out-dir", help="where to write (default <DIR>/data)")
+    e.add_argument("--format", choices=("parquet", "jsonl", "sft"), default="parquet")
+    e.add_argument(
+        "--out", "--out-dir", dest="out", help="where to write (default <DIR>/data, sft: <DIR>/sft)"
+    )
+    sft = e.add_argument_group("sft")
+    sft.add_argument("--min-reward", type=float, help="keep episodes with at least this reward")
+    sft.add_argument(
+        "--eval-fraction",
+        type=float,
+        default=DEFAULT_EVAL_FRACTION,
+        help=f"share of task instances held out as the eval split (default {DEFAULT_EVAL_FRACTION})",
+    )
+    sft.add_argument(
+        "--messages-only",
+        action="store_true",
+        help="no input_ids/assistant_masks (to fine-tune another model than the one that acted)",
+    )
     e.set_defaults(func=_cmd_export)
 
     p = sub.add_parser(

@@ -5,6 +5,10 @@ the real MCP client (in memory): ``validate_llm`` certifies the engine, ``run_ro
 reasoning-gym episode through the capture proxy, the rollout document is read from its resource
 and written to disk; finally every trainable token is re-scored by the engine (parity).
 Everything it prints comes from tool outputs and the engine's own numbers.
+
+The embedded 135M model answers in prose and does not call tools, so the demo's episode takes
+its answer from the reply text (``answer_mode`` ``text``: reasoning-gym's own ``<answer>``
+extraction) and the reward printed is the verifier's, 0.0 or 1.0, never None.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ async def run_demo(
     max_tokens: int = 64,
     temperature: float = 1.0,
     seed: int = 0,
+    answer_mode: str = "text",
 ) -> int:
     """Run the demo; 0 when the rollout is usable, trainable and parity passes, else 1."""
     from mcp import Client
@@ -61,6 +66,7 @@ async def run_demo(
                 "seed": seed,
                 "limits": {"max_turns": turns},
                 "sampling": {"temperature": temperature, "max_tokens": max_tokens},
+                "answer_mode": answer_mode,
             }
             result = await mcp.call_tool("run_rollout", args)
             if result.is_error:
@@ -77,12 +83,19 @@ async def run_demo(
             if rollout["reward"] is None and rollout["stop_reason"] == "no_tool_call":
                 _say(
                     "   reward None: the verifier never ran, because the model answered in text "
-                    "instead of calling the task's tool (SmolLM2-135M rarely calls tools)"
+                    "instead of calling the task's tool (SmolLM2-135M rarely calls tools); "
+                    "--answer-mode text reads the answer from its reply instead"
+                )
+            elif rollout["reward"] is not None:
+                _say(
+                    f"   reward {rollout['reward']}: the verifier's score of the model's answer "
+                    f"(answer mode {rollout['answer_mode']})"
                 )
             print(
                 f"\nrollout {rollout['rollout_id']} of {task}: reward {rollout['reward']}, "
                 f"tier {rollout['tier']}, ok {rollout['ok']}, {counts['turns']} turn(s), "
-                f"{counts['trainable_tokens']} trainable tokens, stop {rollout['stop_reason']}"
+                f"{counts['trainable_tokens']} trainable tokens, stop {rollout['stop_reason']}, "
+                f"answer mode {rollout['answer_mode']}"
                 + (f"\nrollout document -> {out}" if document is not None else "")
                 + (f"\nerror: {rollout['error']}" if rollout["error"] else "")
                 + "\n",

@@ -31,6 +31,7 @@ from starlette.routing import Mount, Route
 from rollwire.capture.certify import Certification
 from rollwire.datasets.hub import PushResult
 from rollwire.datasets.store import CollectionError
+from rollwire.sessions.base import AnswerMode
 from rollwire.sessions.collect import (
     CollectConfig,
     CollectInputError,
@@ -43,6 +44,7 @@ from rollwire.tools.endpoint import EndpointNotUsable, EndpointPool
 from rollwire.tools.info import info_report
 from rollwire.tools.jobs import Job, JobRegistry, RolloutStatus, Runner
 from rollwire.tools.rollouts import (
+    ANSWER_MODE_HELP,
     PHASES,
     Limits,
     LLMSpec,
@@ -194,6 +196,7 @@ def build_server(state: ServerState | None = None) -> MCPServer:
         llm_url: str | None,
         model: str | None,
         api_key: str | None,
+        answer_mode: AnswerMode | None,
     ) -> RolloutRequest:
         try:
             spec = resolve_llm(
@@ -212,6 +215,7 @@ def build_server(state: ServerState | None = None) -> MCPServer:
             task_config=task_config,
             reward_key=reward_key,
             include_tokens=include_tokens,
+            answer_mode=answer_mode,
         )
 
     async def checked(request: RolloutRequest) -> Plan:
@@ -254,6 +258,7 @@ def build_server(state: ServerState | None = None) -> MCPServer:
         llm_url: str | None = None,
         model: str | None = None,
         api_key: str | None = None,
+        answer_mode: Annotated[AnswerMode | None, Field(description=ANSWER_MODE_HELP)] = None,
     ) -> RolloutSummary:
         """Run one rollout to the end and return its reward and capture summary.
 
@@ -268,6 +273,8 @@ def build_server(state: ServerState | None = None) -> MCPServer:
         the agent's own unless given. limits: {max_turns (env default 8), max_model_calls,
         timeout_s}. seed: env episode seed (and the agent's sampling seed).
         task_config: env tasks only, a JSON object for the task's generator.
+        answer_mode: env tasks only: 'tool' (default), 'text' or 'either' (see its schema);
+        use 'text' or 'either' for a model without tool calling, so the verifier still runs.
         reward_key: which reward of a multi-reward verifier is the reward.
         include_tokens: also return each sequence's input_ids, loss_mask and logprobs.
         The call stays open and reports progress per phase; cancelling it tears the sandbox
@@ -289,6 +296,7 @@ def build_server(state: ServerState | None = None) -> MCPServer:
             llm_url,
             model,
             api_key,
+            answer_mode,
         )
         checked_plan = await checked(request)
         job = state.jobs.add(Job(uuid.uuid4().hex, task))
@@ -312,6 +320,7 @@ def build_server(state: ServerState | None = None) -> MCPServer:
         llm_url: str | None = None,
         model: str | None = None,
         api_key: str | None = None,
+        answer_mode: Annotated[AnswerMode | None, Field(description=ANSWER_MODE_HELP)] = None,
     ) -> RolloutStatus:
         """Start a rollout in the background and return at once with its rollout_id.
 
@@ -333,6 +342,7 @@ def build_server(state: ServerState | None = None) -> MCPServer:
             llm_url,
             model,
             api_key,
+            answer_mode,
         )
         checked_plan = await checked(request)
         job = Job(uuid.uuid4().hex, task)
@@ -390,6 +400,8 @@ def build_server(state: ServerState | None = None) -> MCPServer:
         sampling: Sampling | None = None,
         limits: Limits | None = None,
         reward_key: str | None = None,
+        task_config: dict[str, Any] | None = None,
+        answer_mode: Annotated[AnswerMode | None, Field(description=ANSWER_MODE_HELP)] = None,
         seed: int = 0,
         concurrency: Annotated[int, Field(ge=1, le=256)] = 4,
         min_reward: float | None = None,
@@ -409,7 +421,8 @@ def build_server(state: ServerState | None = None) -> MCPServer:
         token arrays), failures.jsonl, filtered.jsonl and manifest.json. Calling again with the
         same arguments resumes: written episodes are skipped, never duplicated; a larger
         `episodes` extends the collection. min_reward / trainable_only filter what is kept.
-        llm, sampling, limits, harness, sandbox, reward_key: as run_rollout. Progress is
+        llm, sampling, limits, harness, sandbox, reward_key, task_config, answer_mode: as
+        run_rollout. Progress is
         reported per episode; cancelling stops with everything written kept. Then
         push_dataset(out_dir, repo_id) publishes it.
         """
@@ -430,6 +443,8 @@ def build_server(state: ServerState | None = None) -> MCPServer:
                 sampling=sampling or Sampling(),
                 limits=limits or Limits(),
                 reward_key=reward_key,
+                task_config=task_config,
+                answer_mode=answer_mode,
                 seed=seed,
                 concurrency=concurrency,
                 min_reward=min_reward,

@@ -10,11 +10,19 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
 RESERVED_TOOL_NAMES = frozenset({"reset", "step", "state", "close"})
+
+# How an episode's answer (or move) reaches the environment: ``tool``, only through the tools it
+# offers (a reply without a tool call ends the episode with no verdict); ``text``, only from the
+# model's reply text, read by the environment's own answer extraction (no tools are offered);
+# ``either``, a tool call when the reply has one, else the reply text. The default is ``tool``.
+AnswerMode = Literal["tool", "text", "either"]
+ANSWER_MODES: tuple[str, ...] = get_args(AnswerMode)
+DEFAULT_ANSWER_MODE: AnswerMode = "tool"
 
 
 class ReservedToolName(ValueError):
@@ -107,6 +115,15 @@ class ResourceSession(abc.ABC):
     @abc.abstractmethod
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         """Run one tool call; failures come back as ``ToolResult.error``."""
+
+    def takes_text_answers(self) -> bool:
+        """Whether a reply with no tool call is an answer (``answer_mode`` text or either)."""
+        return False
+
+    async def answer_text(self, text: str) -> ToolResult:
+        """Act on a reply that made no tool call (only when :meth:`takes_text_answers`)."""
+        msg = "this episode takes answers through its tools only (answer_mode 'tool')"
+        return ToolResult(content=msg, error=msg)
 
     @abc.abstractmethod
     async def verify(self) -> EnvVerdict:

@@ -38,6 +38,7 @@ from rollwire.datasets.records import (
 )
 from rollwire.datasets.stats import RunningStats
 from rollwire.datasets.store import CollectionError, EpisodeStore
+from rollwire.sessions.base import AnswerMode
 from rollwire.sessions.result import RolloutResult
 from rollwire.tools.endpoint import EndpointNotUsable, EndpointPool
 from rollwire.tools.rollouts import (
@@ -74,6 +75,9 @@ class CollectConfig(BaseModel):
     limits: Limits = Field(default_factory=Limits)
     reward_key: str | None = None
     task_config: dict[str, Any] | None = None
+    answer_mode: AnswerMode | None = Field(
+        default=None, description="env tasks: tool (default), text or either"
+    )
     seed: int = Field(default=0, description="the first group's task seed")
     concurrency: int = Field(default=4, ge=1, le=1024)
     min_reward: float | None = Field(default=None, description="keep episodes at or above it")
@@ -88,6 +92,8 @@ class CollectConfig(BaseModel):
         data = self.model_dump(
             mode="json", exclude={"episodes", "concurrency", "resume", "keep_failures"}
         )
+        if data.get("answer_mode") is None:
+            del data["answer_mode"]  # collections made before answer modes keep their identity
         if data.get("llm"):
             data["llm"] = {"url": data["llm"]["url"], "model": data["llm"]["model"]}
         return data
@@ -203,6 +209,7 @@ def _plans(config: CollectConfig) -> dict[str, Plan]:
             seed=None if task.startswith(HARBOR_PREFIX) else config.seed,
             task_config=config.task_config,
             reward_key=config.reward_key,
+            answer_mode=config.answer_mode,
         )
         try:
             plans[task] = plan(request)
@@ -310,6 +317,7 @@ async def _run(
             task_config=config.task_config,
             reward_key=config.reward_key,
             include_tokens=True,
+            answer_mode=config.answer_mode,
         )
         sampling_seed = work.sampling_seed if p.needs_llm else None
         episode_plan = dataclasses.replace(
@@ -335,6 +343,8 @@ async def _run(
                 seed=work.seed,
                 group_id=work.group_id,
                 model=model or "",
+                messages=result.messages,
+                tools=result.tools,
             )
             why_not = _keep(config, result)
             if why_not is None:

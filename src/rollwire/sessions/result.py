@@ -40,8 +40,15 @@ class RolloutResult(BaseModel):
     n_tool_calls: int = 0
     stop_reason: str | None = None
     seed: int | None = None
+    # Env tasks: how the answer reached the environment (tool, text or either).
+    answer_mode: str | None = None
     sequences: list[TrainingSequence] | None = None
     turns: list[TurnRecord] | None = None
+    # Env tasks, with the sequences: the conversation as the agent held it (OpenAI chat format,
+    # tool calls and tool results included) and the tools it was offered (None: none, or written
+    # into the messages by the text tool format).
+    messages: list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None
     atif: Literal["match", "MISMATCH", "none"] = "none"
     timings: dict[str, float] = Field(default_factory=dict)
     # Where the harness left its own records (Harbor trials), and what went wrong, by type.

@@ -2,6 +2,8 @@
 
 The environment's reset/step/state/close stay here, in orchestration. The agent gets only the
 action tools an adapter declares; each turns validated tool arguments into one ``step`` action.
+Where the adapter reads answers from text too (``answer_mode`` text or either), a reply with no
+tool call becomes one ``step`` action through the environment's own extraction.
 An environment that raises mid-episode ends the episode with a visible tool error and no verdict.
 """
 
@@ -74,6 +76,9 @@ class StepEnvSession(ResourceSession):
     instructions: str = ""
     # How the adapter reads the env's verdict; default: the episode's return once done.
     verdict: Callable[[StepEnvSession], EnvVerdict] | None = None
+    # How a reply with no tool call becomes an action (the env's own answer extraction), for
+    # answer_mode text or either; None: only tool calls act (answer_mode tool).
+    text_action: Callable[[str], Any] | None = None
     rewards: list[float] = field(default_factory=list)
     done: bool = False
     failed: str | None = None
@@ -124,6 +129,26 @@ class StepEnvSession(ResourceSession):
             action = tool.to_action(arguments)
         except ToolArgumentError as exc:
             return ToolResult(content=f"invalid arguments: {exc}", error=str(exc))
+        return self._step(action)
+
+    def takes_text_answers(self) -> bool:
+        """True when the adapter gave a text extraction (answer_mode text or either)."""
+        return self.text_action is not None
+
+    async def answer_text(self, text: str) -> ToolResult:
+        """A reply with no tool call, read by the environment's own extraction, as one action."""
+        if self.text_action is None:
+            return await super().answer_text(text)
+        if self.done:
+            msg = "the episode is over; no more actions are accepted"
+            return ToolResult(content=msg, error=msg, done=True)
+        try:
+            action = self.text_action(text)
+        except ToolArgumentError as exc:
+            return ToolResult(content=f"invalid answer: {exc}", error=str(exc))
+        return self._step(action)
+
+    def _step(self, action: Any) -> ToolResult:
         try:
             outcome = self.env.step(action)
         except ToolArgumentError as exc:  # the env's own rejection of a move (e.g. illegal)

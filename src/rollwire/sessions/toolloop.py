@@ -2,7 +2,9 @@
 
 Each model call goes to the proxy (so ids and logprobs come from the engine); each tool call goes
 to the session; results are appended; the loop stops on done, on a reply with no tool call, or
-on a limit. Models without native tool calling are read through the text tool format
+on a limit. A session that takes text answers (``answer_mode`` text or either) gets a reply with
+no tool call as its answer instead: the episode goes on (its observation appended as a user
+message) until the environment says done. Models without native tool calling are read through the text tool format
 (``<tool_call>{...}</tool_call>``). Every tool call the model made gets a result, executed or
 not, so no tool-call id is ever left without one.
 """
@@ -43,6 +45,7 @@ class LoopOutcome(BaseModel):
     model_calls: int = 0
     tool_calls: int = 0
     tool_errors: int = 0
+    text_answers: int = 0
     stop_reason: str = "not_started"
     errors: list[str] = Field(default_factory=list)
     elapsed_s: float = 0.0
@@ -88,7 +91,7 @@ async def run_tool_loop(
     messages: list[dict[str, Any]] = []
     with anyio.move_on_after(limits.wall_clock_s) as scope:  # the reset counts too: it can hang
         messages = await session.initial_messages()
-        if limits.tool_format == "text":
+        if limits.tool_format == "text" and tools:
             messages = _with_manifest(messages, tools)
         out.stop_reason = "max_turns"
         for turn in range(limits.max_turns):
@@ -124,8 +127,16 @@ async def run_tool_loop(
                 messages.append({"role": "assistant", "content": content})
                 _, calls = parse_calls(content)
             if not calls:
-                out.stop_reason = "no_tool_call"
-                break
+                if not session.takes_text_answers():
+                    out.stop_reason = "no_tool_call"
+                    break
+                result = await session.answer_text(content)
+                out.text_answers += 1
+                if result.done:
+                    out.stop_reason = "text_answer"
+                    break
+                messages.append({"role": "user", "content": _tool_text(result)})
+                continue
             room = min(limits.max_tool_calls_per_turn, limits.max_total_tool_calls - out.tool_calls)
             done = False
             responses: list[dict[str, Any]] = []

@@ -21,6 +21,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 from rollwire.capture.export import Role, RolloutDocument, RolloutStats
 from rollwire.capture.findings import Finding, fatal
 from rollwire.datasets.records import SequenceRow
+from rollwire.sessions.base import DEFAULT_ANSWER_MODE, AnswerMode
 from rollwire.sessions.result import RolloutResult
 from rollwire.tools.endpoint import EndpointNotUsable, EndpointPool
 from rollwire.tools.tasks import (
@@ -87,6 +88,9 @@ class RolloutSummary(BaseModel):
     counts: RolloutCounts
     stop_reason: str | None = None
     seed: int | None = None
+    answer_mode: str | None = Field(
+        default=None, description="env tasks: how the answer reached the environment"
+    )
     findings: list[Finding] = Field(default_factory=list)
     timings: dict[str, float] = Field(default_factory=dict)
     has_document: bool = Field(
@@ -161,6 +165,7 @@ def summary_of(
         ),
         stop_reason=result.stop_reason,
         seed=result.seed,
+        answer_mode=result.answer_mode,
         findings=result.findings,
         timings=result.timings,
         has_document=has_document,
@@ -223,6 +228,16 @@ class RolloutRequest(BaseModel):
     task_config: dict[str, Any] | None = None
     reward_key: str | None = None
     include_tokens: bool = False
+    answer_mode: AnswerMode | None = None  # env tasks; None: the default (tool)
+
+
+ANSWER_MODE_HELP = (
+    "env tasks: how the answer reaches the environment. 'tool' (the default): through the "
+    "task's tools only, and a reply with no tool call ends the episode with reward null; "
+    "'text': no tools are offered and the final reply is read by the environment's own answer "
+    "extraction (reasoning-gym: <answer>...</answer>; a reply without one scores 0.0); "
+    "'either': a tool call, or else the reply text. reasoning_gym and textarena take text."
+)
 
 
 def resolve_llm(
@@ -301,6 +316,15 @@ def _check_sandbox(name: str) -> None:
     )
 
 
+def _check_answer_mode(ref: EnvRef, mode: str) -> None:
+    from rollwire.harnesses.envs.registry import TaskError, check_answer_mode, load_adapter
+
+    try:
+        check_answer_mode(load_adapter(ref.family), mode)
+    except TaskError as exc:
+        raise RolloutArgumentError(f"{exc} (task {str(ref)!r})") from None
+
+
 def plan(req: RolloutRequest) -> Plan:
     """Check every argument before anything runs; raises :class:`RolloutArgumentError`.
 
@@ -326,11 +350,18 @@ def plan(req: RolloutRequest) -> Plan:
             check_env_task(ref)
         except TaskRefError as exc:
             raise RolloutArgumentError(f"task: {exc}") from None
+        if req.answer_mode is not None:
+            _check_answer_mode(ref, req.answer_mode)
         if req.llm is None:
             raise RolloutArgumentError("llm_url: required: env tasks call a model (or pass llm)")
         return Plan(ref, ENV_HARNESS, None, True, seed, sampling_seed)
     if req.task_config:
         raise RolloutArgumentError("task_config: applies to env tasks only, not Harbor tasks")
+    if req.answer_mode is not None:
+        raise RolloutArgumentError(
+            "answer_mode: applies to env tasks only; a Harbor task's verifier reads what the "
+            "agent did in its sandbox"
+        )
 
     harness = req.harness or DEFAULT_HARBOR_HARNESS
     sandbox = req.sandbox or LOCAL_SANDBOX
@@ -483,6 +514,7 @@ async def execute(
             reward_key=req.reward_key,
             episode_id=rollout_id,
             include_sequences=req.include_tokens,
+            answer_mode=req.answer_mode or DEFAULT_ANSWER_MODE,
         )
         return env_out.result, env_out.document
     from rollwire.harnesses.harbor.rollout import run_harbor_rollout

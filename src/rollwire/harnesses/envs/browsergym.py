@@ -35,8 +35,9 @@ from typing import Any
 
 import anyio
 
-from rollwire.harnesses.envs.registry import TaskError, TaskInfo
+from rollwire.harnesses.envs.registry import TaskError, TaskInfo, check_answer_mode
 from rollwire.sessions.base import (
+    AnswerMode,
     EnvVerdict,
     ResourceSession,
     ToolResult,
@@ -599,6 +600,7 @@ class BrowserGymAdapter:
     """The ``browsergym`` family: BrowserGym's registered MiniWoB tasks."""
 
     family = FAMILY
+    answer_modes: tuple[AnswerMode, ...] = ("tool",)  # moves and actions, no answers
 
     def list_tasks(self) -> list[TaskInfo]:
         """Every registered MiniWoB task (no browser needed to list them)."""
@@ -613,9 +615,16 @@ class BrowserGymAdapter:
         ]
 
     def make_session(
-        self, name: str, config: dict[str, Any], *, seed: int | None, episode_id: str
+        self,
+        name: str,
+        config: dict[str, Any],
+        *,
+        seed: int | None,
+        episode_id: str,
+        answer_mode: AnswerMode = "tool",
     ) -> ResourceSession:
         """A session for one task; nothing starts until its first message is asked for."""
+        check_answer_mode(self, answer_mode)
         tasks = _miniwob_tasks()
         task_class = tasks.get(name)
         if task_class is None:

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from rollwire.harnesses.envs.registry import TaskError, TaskInfo
-from rollwire.sessions.base import EnvVerdict, ResourceSession, ToolSpec
+from rollwire.harnesses.envs.registry import TaskError, TaskInfo, check_answer_mode
+from rollwire.sessions.base import AnswerMode, EnvVerdict, ResourceSession, ToolSpec
 from rollwire.sessions.stepenv import ActionTool, StepEnvSession, StepOutcome, ToolArgumentError
 
 FAMILY = "openspiel"
@@ -291,6 +291,7 @@ class OpenSpielAdapter:
     """Any sequential OpenSpiel game, the agent in one seat against a built-in opponent."""
 
     family = FAMILY
+    answer_modes: tuple[AnswerMode, ...] = ("tool",)  # moves and actions, no answers
 
     def list_tasks(self) -> list[TaskInfo]:
         """The listed two-player games, each described by its OpenSpiel long name."""
@@ -348,9 +349,16 @@ class OpenSpielAdapter:
         return game, agent, opponent, sims
 
     def make_session(
-        self, name: str, config: dict[str, Any], *, seed: int | None, episode_id: str
+        self,
+        name: str,
+        config: dict[str, Any],
+        *,
+        seed: int | None,
+        episode_id: str,
+        answer_mode: AnswerMode = "tool",
     ) -> ResourceSession:
         """One game of ``name``; the seed drives chance and the opponent."""
+        check_answer_mode(self, answer_mode)
         game, agent, opponent, sims = self.load(name, config)
         env = OpenSpielEnv(game, agent, opponent, sims)
         return StepEnvSession(

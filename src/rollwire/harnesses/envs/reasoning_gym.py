@@ -1,9 +1,14 @@
 """reasoning-gym datasets as one-question episodes: ``reasoning_gym:chain_sum`` and every other.
 
 The episode is one item, drawn by the rollout's seed, of the named dataset built with the task's
-config. The agent reads the question and calls ``answer`` once; that ends the episode, and the
-reward is the dataset's own ``score_answer``, forwarded as it is. reasoning-gym is imported on
-first use (it takes seconds), never when this module is imported.
+config. The agent reads the question and answers once; that ends the episode, and the reward is
+the dataset's own ``score_answer``, forwarded as it is. How the answer arrives is the
+``answer_mode``: ``tool`` (the default), a call of the ``answer`` tool, and a reply without one
+ends the episode with no verdict (reward None); ``text``, no tool is offered and the reply is
+read by reasoning-gym's own ``extract_answer`` (the last ``<answer>...</answer>``) after its own
+instruction prompt, so a reply without the tags scores 0.0; ``either``, the tool is offered and a
+reply without a call is read as in ``text``. reasoning-gym is imported on first use (it takes
+seconds), never when this module is imported.
 """
 
 from __future__ import annotations
@@ -13,8 +18,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from rollwire.harnesses.envs.registry import TaskError, TaskInfo
-from rollwire.sessions.base import EnvVerdict, ResourceSession, ToolSpec
+from rollwire.harnesses.envs.registry import TaskError, TaskInfo, check_answer_mode
+from rollwire.sessions.base import AnswerMode, EnvVerdict, ResourceSession, ToolSpec
 from rollwire.sessions.stepenv import ActionTool, StepEnvSession, StepOutcome, ToolArgumentError
 
 FAMILY = "reasoning_gym"
@@ -24,6 +29,11 @@ RESERVED_CONFIG = ("seed", "size")
 INSTRUCTIONS = (
     "Solve the problem below. When you know the final answer, call the `answer` tool once with "
     "just the answer, in the format the problem asks for. Calling it ends the episode."
+)
+EITHER_INSTRUCTIONS = (
+    "Solve the problem below. When you know the final answer, call the `answer` tool once with "
+    "just the answer, in the format the problem asks for; if you cannot call tools, reply with "
+    "the final answer inside <answer></answer> tags instead. Either ends the episode."
 )
 ANSWER_TOOL = ToolSpec(
     name="answer",
@@ -63,6 +73,17 @@ def _summary(cls: type, name: str) -> str:
     return lines[0].strip() if lines else f"reasoning-gym dataset {name}"
 
 
+def text_instructions() -> str:
+    """reasoning-gym's own prompt for answers in text (its ``SYSTEM_PROMPTS["default"]``)."""
+    return str(importlib.import_module("reasoning_gym.utils").SYSTEM_PROMPTS["default"]).strip()
+
+
+def answer_from_text(text: str) -> str | None:
+    """The answer in a reply, by reasoning-gym's own ``extract_answer`` (None when the reply has
+    no ``<answer>`` tags: the dataset then scores it 0.0)."""
+    return importlib.import_module("reasoning_gym.utils").extract_answer(text)
+
+
 def answer_text(arguments: dict[str, Any]) -> str:
     """The ``answer`` tool's argument as the string the dataset scores."""
     if "answer" not in arguments:
@@ -87,12 +108,14 @@ class QuestionEnv:
         self.score, self.submitted = None, None
         return StepOutcome(observation=str(self.entry["question"]))
 
-    def step(self, action: str) -> StepOutcome:
-        """Score one answer with the dataset's own ``score_answer``; the episode ends."""
+    def step(self, action: str | None) -> StepOutcome:
+        """Score one answer with the dataset's own ``score_answer``; the episode ends. None is a
+        reply in which the extraction found no answer (scored as the dataset scores None)."""
         score = float(self.dataset.score_answer(action, self.entry))
         self.score, self.submitted = score, action
+        seen = "no answer (no <answer></answer> tags)" if action is None else repr(action)
         return StepOutcome(
-            observation=f"Answer recorded: {action!r}. The episode is over.",
+            observation=f"Answer recorded: {seen}. The episode is over.",
             reward=score,
             done=True,
         )
@@ -123,6 +146,7 @@ class ReasoningGymAdapter:
     """Every registered reasoning-gym dataset, one item per episode."""
 
     family = FAMILY
+    answer_modes: tuple[AnswerMode, ...] = ("tool", "text", "either")
 
     def list_tasks(self) -> list[TaskInfo]:
         """Every registered dataset with the first line of its description."""
@@ -157,9 +181,17 @@ class ReasoningGymAdapter:
             ) from exc
 
     def make_session(
-        self, name: str, config: dict[str, Any], *, seed: int | None, episode_id: str
+        self,
+        name: str,
+        config: dict[str, Any],
+        *,
+        seed: int | None,
+        episode_id: str,
+        answer_mode: AnswerMode = "tool",
     ) -> ResourceSession:
-        """One question of ``name`` with ``config``, chosen by ``seed``."""
+        """One question of ``name`` with ``config``, chosen by ``seed``, answered as
+        ``answer_mode`` says."""
+        check_answer_mode(self, answer_mode)
         dataset = self.make_dataset(name, config, seed)
         try:
             entry = dataset[0]
@@ -168,10 +200,16 @@ class ReasoningGymAdapter:
                 f"reasoning_gym:{name} could not generate an item with config {config!r} and "
                 f"seed {seed!r}: {type(exc).__name__}: {exc}"
             ) from exc
+        instructions = {
+            "tool": INSTRUCTIONS,
+            "text": text_instructions(),
+            "either": EITHER_INSTRUCTIONS,
+        }[answer_mode]
         return StepEnvSession(
             env=QuestionEnv(dataset, entry),
-            tools=[ActionTool(ANSWER_TOOL, answer_text)],
+            tools=[] if answer_mode == "text" else [ActionTool(ANSWER_TOOL, answer_text)],
             seed=seed,
-            instructions=INSTRUCTIONS,
+            instructions=instructions,
             verdict=_verdict,
+            text_action=None if answer_mode == "tool" else answer_from_text,
         )

@@ -10,7 +10,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from rollwire.sessions.base import ResourceSession
+from rollwire.sessions.base import ANSWER_MODES, DEFAULT_ANSWER_MODE, AnswerMode, ResourceSession
 
 
 class TaskError(ValueError):
@@ -28,14 +28,24 @@ class TaskInfo:
 
 
 class EnvAdapter(Protocol):
-    """What each env family provides."""
+    """What each env family provides. ``answer_modes``: the ways its episodes take an answer
+    (``tool`` always; ``text`` and ``either`` where the environment reads answers from text);
+    an adapter without it takes ``tool`` only, and ``make_session`` then never gets
+    ``answer_mode``."""
 
     family: str
+    answer_modes: tuple[AnswerMode, ...]
 
     def list_tasks(self) -> list[TaskInfo]: ...
 
     def make_session(
-        self, name: str, config: dict[str, Any], *, seed: int | None, episode_id: str
+        self,
+        name: str,
+        config: dict[str, Any],
+        *,
+        seed: int | None,
+        episode_id: str,
+        answer_mode: AnswerMode = "tool",
     ) -> ResourceSession: ...
 
 
@@ -69,6 +79,19 @@ def load_adapter(family: str) -> EnvAdapter:
         return factory()
     except ImportError as exc:
         raise TaskError(f"env family {family!r} is not available here: {exc}") from exc
+
+
+def check_answer_mode(adapter: EnvAdapter, mode: str) -> None:
+    """TaskError (naming ``answer_mode``) unless the family's episodes take answers that way."""
+    if mode not in ANSWER_MODES:
+        raise TaskError(f"answer_mode: {mode!r} is not one of {list(ANSWER_MODES)}")
+    accepted = getattr(adapter, "answer_modes", (DEFAULT_ANSWER_MODE,))
+    if mode not in accepted:
+        raise TaskError(
+            f"answer_mode: {mode!r}: {adapter.family} tasks take answers as tool calls only "
+            f"(accepted: {list(accepted)}); text answers are read where the environment has "
+            "its own answer extraction (reasoning_gym, textarena)"
+        )
 
 
 def resolve(ref: str) -> tuple[EnvAdapter, str]:

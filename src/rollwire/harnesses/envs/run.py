@@ -19,8 +19,8 @@ from rollwire.capture.export import RolloutDocument
 from rollwire.capture.findings import Finding, fatal, warn
 from rollwire.capture.proxy import CaptureProxy
 from rollwire.capture.upstream import Upstream
-from rollwire.harnesses.envs.registry import TaskError, resolve
-from rollwire.sessions.base import EnvVerdict, ReservedToolName
+from rollwire.harnesses.envs.registry import TaskError, check_answer_mode, resolve
+from rollwire.sessions.base import DEFAULT_ANSWER_MODE, AnswerMode, EnvVerdict, ReservedToolName
 from rollwire.sessions.result import RolloutResult, summarise
 from rollwire.sessions.toolloop import LoopLimits, LoopOutcome, run_tool_loop
 
@@ -76,17 +76,31 @@ async def run_env_rollout(
     reward_key: str | None = None,
     episode_id: str | None = None,
     include_sequences: bool = False,
+    answer_mode: AnswerMode = "tool",
 ) -> EnvRollout:
-    """Run one episode of ``task`` (``family:name``); never raises for task or model trouble."""
+    """Run one episode of ``task`` (``family:name``); never raises for task or model trouble.
+    ``answer_mode``: how the answer reaches the environment (see ``sessions.base.AnswerMode``)."""
     start = time.perf_counter()
     rollout_id = episode_id or uuid.uuid4().hex
     limits = limits or LoopLimits(seed=seed)
     if limits.seed is None and seed is not None:
         limits = limits.model_copy(update={"seed": seed})
-    common = {"rollout_id": rollout_id, "task": task, "harness": HARNESS, "seed": seed}
+    common = {
+        "rollout_id": rollout_id,
+        "task": task,
+        "harness": HARNESS,
+        "seed": seed,
+        "answer_mode": answer_mode,
+    }
     try:
         adapter, name = resolve(task)
-        session = adapter.make_session(name, dict(config or {}), seed=seed, episode_id=rollout_id)
+        check_answer_mode(adapter, answer_mode)
+        # An adapter that takes answers only by tool may predate answer modes: not passed then.
+        modal = {} if answer_mode == DEFAULT_ANSWER_MODE else {"answer_mode": answer_mode}
+        session = adapter.make_session(
+            name, dict(config or {}), seed=seed, episode_id=rollout_id, **modal
+        )
+        offered = [t.openai() for t in session.list_tools()]
     except (TaskError, ReservedToolName) as exc:
         result = summarise(document=None, verdict=None, error=str(exc), **common)
         return EnvRollout(result, None)
@@ -110,6 +124,12 @@ async def run_env_rollout(
             )
     if verdict is not None and verdict.reward is None and verdict.reason:
         findings.append(warn("no_verdict", verdict.reason))
+    conversation: dict[str, Any] = {}
+    if include_sequences and outcome is not None:
+        conversation = {
+            "messages": outcome.messages,
+            "tools": offered if offered and limits.tool_format == "native" else None,
+        }
     result = summarise(
         document=document,
         verdict=verdict,
@@ -121,6 +141,7 @@ async def run_env_rollout(
         n_tool_calls=outcome.tool_calls if outcome else 0,
         stop_reason=outcome.stop_reason if outcome else None,
         timings={"loop_s": round(loop_s, 4), "total_s": round(time.perf_counter() - start, 4)},
+        **conversation,
         **common,
     )
     return EnvRollout(result, document)

@@ -4,6 +4,8 @@ Tasks are TextArena env ids (``textarena:TicTacToe-v0``). The agent acts with on
 whose string goes to the game verbatim (``"[4]"`` in Tic Tac Toe). In a two-player game the other
 seat is a seeded random policy over the moves the game offers. The agent sees the game's messages
 addressed to it since its last move. The reward is the agent's reward in the game's own result.
+With ``answer_mode`` text (no tool offered) or either, a reply with no tool call is the move: the
+game's own parser reads it, as TextArena games are played in text.
 
 Only allow-listed games are served: each was run here, offline, through a scripted episode
 (``tests/harnesses/test_textarena.py`` keeps doing so). Any other id is refused with the reason:
@@ -26,8 +28,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollwire.harnesses.envs.registry import TaskError, TaskInfo
-from rollwire.sessions.base import EnvVerdict, ResourceSession, ToolSpec
+from rollwire.harnesses.envs.registry import TaskError, TaskInfo, check_answer_mode
+from rollwire.sessions.base import AnswerMode, EnvVerdict, ResourceSession, ToolSpec
 from rollwire.sessions.stepenv import ActionTool, StepEnvSession, StepOutcome, ToolArgumentError
 
 log = logging.getLogger(__name__)
@@ -402,6 +404,20 @@ INSTRUCTIONS = (
     "You are playing a text game. Make each move by calling the `act` tool with your action in "
     "the format the game describes."
 )
+TEXT_INSTRUCTIONS = (
+    "You are playing a text game. Make each move by replying with your action in the format the "
+    "game describes; each reply is one move."
+)
+EITHER_INSTRUCTIONS = (
+    "You are playing a text game. Make each move by calling the `act` tool with your action in "
+    "the format the game describes, or by replying with the action itself; each is one move."
+)
+
+
+def reply_action(text: str) -> str:
+    """A reply with no tool call as the move: the text goes to the game, whose own parser reads
+    the move in it (TextArena games are played in text)."""
+    return action_text({"action": text})
 
 
 def action_text(arguments: dict[str, Any]) -> str:
@@ -418,6 +434,7 @@ class TextArenaAdapter:
     """The allow-listed TextArena games."""
 
     family = FAMILY
+    answer_modes: tuple[AnswerMode, ...] = ("tool", "text", "either")
 
     def list_tasks(self) -> list[TaskInfo]:
         """Every allow-listed game with its player count."""
@@ -432,9 +449,17 @@ class TextArenaAdapter:
         ]
 
     def make_session(
-        self, name: str, config: dict[str, Any], *, seed: int | None, episode_id: str
+        self,
+        name: str,
+        config: dict[str, Any],
+        *,
+        seed: int | None,
+        episode_id: str,
+        answer_mode: AnswerMode = "tool",
     ) -> ResourceSession:
-        """One game of an allow-listed id; TaskError says why any other id is refused."""
+        """One game of an allow-listed id; TaskError says why any other id is refused. With
+        ``answer_mode`` text or either, a reply with no tool call is the move."""
+        check_answer_mode(self, answer_mode)
         game = GAMES.get(name)
         if game is None:
             raise TaskError(_refusal(name))
@@ -450,10 +475,16 @@ class TextArenaAdapter:
                 f"({game.players} player{'s' if game.players > 1 else ''})"
             )
         _ta()  # fail here, as a TaskError, when textarena is missing
+        instructions = {
+            "tool": INSTRUCTIONS,
+            "text": TEXT_INSTRUCTIONS,
+            "either": EITHER_INSTRUCTIONS,
+        }[answer_mode]
         return StepEnvSession(
             env=TextArenaEnv(name, game, agent),
-            tools=[ActionTool(ACT_TOOL, action_text)],
+            tools=[] if answer_mode == "text" else [ActionTool(ACT_TOOL, action_text)],
             seed=seed,
-            instructions=INSTRUCTIONS,
+            instructions=instructions,
             verdict=_verdict,
+            text_action=None if answer_mode == "tool" else reply_action,
         )
