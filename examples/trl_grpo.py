@@ -34,10 +34,12 @@ vllm_server_base_url=...)`` syncs weights into a plain ``vllm serve``). TRL mark
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from rollwire.trl import make_rollout_func, reward_from_rollout, task_dataset
@@ -70,6 +72,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-tokens", type=int, help="sampled tokens per model call")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling = TRL's temperature")
     p.add_argument("--seed", type=int, default=0, help="task seed of the first group")
+    p.add_argument(
+        "--answer-mode",
+        choices=["tool", "text", "either"],
+        help="env tasks: tool (the server's default), text or either: with text/either a policy "
+        "that answers in text still gets the verifier's reward",
+    )
+    p.add_argument("--task-config", help="env tasks' generator config as JSON")
     p.add_argument("--check", action="store_true", help="check the contract; no torch, no trl")
     train = p.add_argument_group("training (without --check)")
     train.add_argument("--model", help="the policy: a Hugging Face model id or a local path")
@@ -78,6 +87,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     train.add_argument("--max-steps", type=int, default=10, help="optimizer steps (default 10)")
     train.add_argument("--learning-rate", type=float, default=1e-6)
     train.add_argument("--output-dir", default="runs/trl-grpo", help="checkpoints and state")
+    train.add_argument(
+        "--no-agreement",
+        action="store_true",
+        help="skip the step-0 check of TRL's logprobs of the captured completions against the "
+        "engine's (it costs one forward pass per rollout)",
+    )
     return p.parse_args(argv)
 
 
@@ -111,6 +126,8 @@ def build(args: argparse.Namespace, pad_token_id: int = 0) -> tuple[Callable[...
         group_size=args.group_size,  # = num_generations: a group shares one task seed
         seed=args.seed,
         pad_token_id=pad_token_id,
+        answer_mode=args.answer_mode,
+        task_config=json.loads(args.task_config) if args.task_config else None,
     )
     return rollout_func, refs
 
@@ -183,6 +200,37 @@ def check(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+def logprob_agreement(trainer: Any, out: dict[str, list[Any]]) -> dict[str, Any]:
+    """TRL's own per-token logprobs of the captured completions (its
+    ``_get_per_token_logps_and_entropies``, at its temperature, on the model it is about to
+    train) against the engine's captured logprobs, over the positions env_mask marks: mean and
+    max |diff| in nats. Near 0 when the engine serves the same weights and samples at the same
+    temperature: the trainer and the engine agree on what was sampled."""
+    import torch
+
+    diffs: list[float] = []
+    device = trainer.accelerator.device
+    with torch.no_grad():
+        for prompt, completion, logprobs, mask in zip(
+            out["prompt_ids"], out["completion_ids"], out["logprobs"], out["env_mask"], strict=True
+        ):
+            if not any(mask):
+                continue
+            ids = torch.tensor([list(prompt) + list(completion)], device=device)
+            logps, _, _ = trainer._get_per_token_logps_and_entropies(
+                trainer.model, ids, torch.ones_like(ids), len(completion)
+            )
+            ours = logps[0].tolist()
+            diffs += [abs(a - b) for a, b, m in zip(ours, logprobs, mask, strict=True) if m]
+    if not diffs:
+        return {"tokens": 0, "mean_abs_diff": None, "max_abs_diff": None}
+    return {
+        "tokens": len(diffs),
+        "mean_abs_diff": sum(diffs) / len(diffs),
+        "max_abs_diff": max(diffs),
+    }
+
+
 def train(args: argparse.Namespace) -> int:
     import datasets
     import torch
@@ -198,6 +246,8 @@ def train(args: argparse.Namespace) -> int:
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     rollout_func, refs = build(args, pad_token_id=pad)
 
+    report: dict[str, Any] = {"steps": []}
+
     def logged_rollouts(prompts: list[Any], trainer: Any = None) -> dict[str, list[Any]]:
         out = rollout_func(prompts, trainer)
         rewards = [r for r in out["reward"] if r is not None]
@@ -209,6 +259,18 @@ def train(args: argparse.Namespace) -> int:
             f"completion tokens {sum(len(m) for m in out['env_mask'])}, "
             f"trainable tokens {sum(sum(m) for m in out['env_mask'])}"
         )
+        report["steps"].append(
+            {"step": step, "rewards": out["reward"], "failed": sum(not ok for ok in out["ok"])}
+        )
+        if trainer is not None and step == 0 and not args.no_agreement:
+            agreement = logprob_agreement(trainer, out)
+            report["step0_logprob_agreement"] = agreement
+            if agreement["tokens"]:
+                say(
+                    f"step 0: TRL's logprobs of the {agreement['tokens']} sampled tokens vs the "
+                    f"engine's: mean |diff| {agreement['mean_abs_diff']:.2e}, "
+                    f"max |diff| {agreement['max_abs_diff']:.2e} nats"
+                )
         return out
 
     config = GRPOConfig(
@@ -241,6 +303,8 @@ def train(args: argparse.Namespace) -> int:
         rollout_func.close()  # type: ignore[attr-defined]
     trainer.save_state()  # trainer_state.json: TRL's logged metrics per step
     trainer.save_model()
+    report["log_history"] = trainer.state.log_history
+    (Path(args.output_dir) / "rollwire_report.json").write_text(json.dumps(report, indent=2))
     say(f"trained {trainer.state.global_step} steps; model and state in {args.output_dir}")
     return 0
 

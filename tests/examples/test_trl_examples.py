@@ -1,9 +1,10 @@
 """``examples/trl_grpo.py`` and ``examples/curate.py`` as shipped, against a real ``rollwire serve
 --http`` process on the fake vLLM: the rollout_func checked against TRL's contract, the
-curation loop's push / drop / stop plans, and (where torch and trl import) one GRPO step.
+curation loop's push / drop / stop plans, and one real GRPO step (torch and trl come with the
+`train` extra, which the development environment installs).
 
-The training test also runs from a separate trainer environment (torch and trl, e.g. Python
-3.11 with the CPU torch wheel) while the server runs from rollwire's own environment:
+The training test also runs from a separate trainer environment while the server runs from
+rollwire's own environment:
 
     ROLLWIRE_SERVER_PYTHON=$PWD/.venv/bin/python PYTHONPATH=src:. trainer/bin/python \\
         -m pytest --noconftest tests/examples/test_trl_examples.py -k trains
@@ -25,6 +26,7 @@ from types import ModuleType
 import pytest
 
 from tests.examples.conftest import ServeProcess
+from tests.fakes.tiny_model import tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
 TRL_GRPO = ROOT / "examples" / "trl_grpo.py"
@@ -212,34 +214,7 @@ def test_curate_stops_before_collecting_on_an_engine_that_cannot_train(server):
 # --- one real GRPO step ---------------------------------------------------------------------------
 
 
-def tiny_model(path: Path) -> Path:
-    """A random 1-layer Llama whose vocabulary covers the fake's token ids (< 49152)."""
-    import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    vocab = {f"t{i}": i for i in range(49152)} | {"<|im_start|>": 1, "<|im_end|>": 2}
-    del vocab["t1"], vocab["t2"]
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="t0"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|im_end|>", unk_token="t0"
-    ).save_pretrained(path)
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=49152, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=1024,
-        bos_token_id=1, eos_token_id=2, pad_token_id=2,
-    )  # fmt: skip
-    LlamaForCausalLM(config).save_pretrained(path)
-    return path
-
-
-@pytest.mark.skipif(
-    importlib.util.find_spec("torch") is None or importlib.util.find_spec("trl") is None,
-    reason="needs torch and trl: run it in a trainer environment (Python 3.11 + CPU torch), "
-    "see README 'Training with TRL'",
-)
+@pytest.mark.slow
 def test_trl_grpo_trains_one_step_on_rollwire_rollouts(server, fake, tmp_path):
     before = len(fake[0].requests)
     out_dir = tmp_path / "run"

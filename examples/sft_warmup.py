@@ -1,0 +1,462 @@
+"""SFT warm-up on rollwire's data, end to end on a CPU: a small model learns to answer by tool.
+
+SmolLM2-135M-Instruct answers reasoning-gym's ``chain_sum`` problems in prose and never calls the
+task's ``answer`` tool, so in tool mode it earns no reward at all (the verifier never runs) and
+RL has nothing to learn from. The warm-up, as the people who train models do it:
+
+1. **Teacher collection**: ``collect_episodes`` through rollwire's MCP server with a capable
+   model (``--teacher-url``, any OpenAI-spec endpoint), keeping episodes with reward 1.0.
+   Without ``--teacher-url`` a scripted teacher (``examples/chain_sum_teacher.py``) stands in.
+2. **Export**: ``rollwire export --format sft`` (messages + tools; split by task instance).
+3. **Student**: the embedded GGUF as a Hugging Face folder (``rollwire convert``), served by
+   ``rollwire engine --model`` and evaluated **before** on held-out seeds (disjoint from the
+   teacher's) through the MCP server: ``validate_llm``, then ``collect_episodes``.
+4. **SFT** with TRL's ``SFTTrainer`` (``assistant_only_loss``: only the assistant's tokens).
+5. **After**: the fine-tuned folder served by ``rollwire engine --model``, certified
+   (``validate_llm`` TRAIN, ``rollwire parity``), evaluated on the same held-out seeds.
+6. **GRPO**: one step of ``examples/trl_grpo.py`` from the warmed model, rollouts sampled by
+   the engine serving it: rewards are numbers, loss and grad norm non-zero, and TRL's logprobs
+   of the captured completions are compared with the engine's.
+
+The table (tool-call compliance, accuracy, mean reward; before and after) goes to stdout, every
+number of the run to ``--results`` (default ``bench/results/sft_warmup.json``). Progress and the
+commands' logs go to stderr and ``<work>/logs``.
+
+    uv run python examples/sft_warmup.py --quick          # the whole path, tiny budget (minutes)
+    uv run python examples/sft_warmup.py                  # the published run (about 2-3 hours)
+    uv run python examples/sft_warmup.py --teacher-url https://api.example.com/v1 --teacher-model M
+
+Needs the ``train`` extra (torch, transformers, trl) and the ``engine`` and ``envs`` extras.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stdout
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+TASK = "reasoning_gym:chain_sum"
+TASK_CONFIG = {"min_terms": 2, "max_terms": 3}
+TRAIN_SEED = 0  # teacher instances: seeds TRAIN_SEED .. TRAIN_SEED + n - 1
+EVAL_SEED = 1_000_000  # held-out instances: disjoint from any teacher seed this script uses
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="the whole path on a tiny budget")
+    p.add_argument("--work", default="runs/sft-warmup", help="working directory")
+    p.add_argument("--results", help="JSON results (default bench/results/sft_warmup[_quick].json)")
+    p.add_argument("--teacher-url", help="the teacher's OpenAI base URL (default: scripted)")
+    p.add_argument("--teacher-model", help="the teacher's model name, when it serves several")
+    p.add_argument("--teacher-api-key", default=os.environ.get("TEACHER_API_KEY"))
+    p.add_argument("--train-episodes", type=int, help="teacher episodes (default 2000; quick 32)")
+    p.add_argument("--eval-episodes", type=int, help="held-out episodes (default 200; quick 12)")
+    p.add_argument("--epochs", type=float, default=1.0, help="SFT epochs (default 1)")
+    p.add_argument("--learning-rate", type=float, default=1e-4, help="SFT learning rate")
+    p.add_argument("--batch-size", type=int, default=8, help="SFT batch size")
+    p.add_argument("--eval-temperature", type=float, default=0.0, help="0: greedy (default)")
+    p.add_argument("--max-tokens", type=int, default=96, help="tokens per model call in evals")
+    p.add_argument("--grpo-group", type=int, default=4, help="GRPO group size (one step)")
+    p.add_argument("--no-grpo", action="store_true", help="stop after the SFT evaluation")
+    p.add_argument("--seed", type=int, default=0, help="training seed")
+    args = p.parse_args(argv)
+    args.train_episodes = args.train_episodes or (32 if args.quick else 2000)
+    args.eval_episodes = args.eval_episodes or (12 if args.quick else 200)
+    if args.results is None:
+        name = "sft_warmup_quick.json" if args.quick else "sft_warmup.json"
+        args.results = str(ROOT / "bench" / "results" / name)
+    return args
+
+
+def say(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rollwire_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "rollwire", *args]
+
+
+@contextmanager
+def process(
+    name: str, argv: list[str], logs: Path, ready: str, timeout: float = 300
+) -> Iterator[str]:
+    """A background process whose stderr logs to ``logs/<name>.log``; yields the first stderr
+    line containing ``ready`` once it appears."""
+    logs.mkdir(parents=True, exist_ok=True)
+    log = logs / f"{name}.log"
+    with log.open("w") as err:
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err, env=_env())
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            line = next((x for x in log.read_text().splitlines() if ready in x), None)
+            if line is not None:
+                break
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited ({proc.returncode}):\n{log.read_text()[-3000:]}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"{name} not ready after {timeout} s:\n{log.read_text()[-3000:]}"
+                )
+            time.sleep(0.2)
+        yield line
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "TRL_EXPERIMENTAL_SILENCE": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+@contextmanager
+def engine(model_dir: Path, logs: Path, name: str) -> Iterator[str]:
+    """``rollwire engine --model DIR`` on a free port; yields its /v1 URL."""
+    port = free_port()
+    argv = rollwire_cmd("engine", "--model", str(model_dir), "--port", str(port))
+    with process(name, argv, logs, ready="serving"):
+        yield f"http://127.0.0.1:{port}/v1"
+
+
+@contextmanager
+def scripted_teacher() -> Iterator[str]:
+    """examples/chain_sum_teacher.py's app on a free port, in this process."""
+    import uvicorn
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    from chain_sum_teacher import create_app
+
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def mcp_call(client: Any, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+    started = time.perf_counter()
+    shown = [0.0]
+
+    def progress(done: float, total: float | None, message: str | None) -> None:
+        if time.monotonic() - shown[0] > 15:  # a line every 15 s at most
+            shown[0] = time.monotonic()
+            say(f"  {tool}: {done:g}/{total or '?'} {message or ''}")
+
+    out = client.call_tool(tool, args, progress=progress)
+    say(f"{tool}: done in {time.perf_counter() - started:.1f} s")
+    return out
+
+
+def collect(
+    client: Any, out_dir: str, llm: dict[str, Any], episodes: int, seed: int, **extra: Any
+) -> dict[str, Any]:
+    args = {
+        "out_dir": out_dir,
+        "episodes": episodes,
+        "tasks": [TASK],
+        "task_config": TASK_CONFIG,
+        "llm": llm,
+        "seed": seed,
+        "answer_mode": "tool",
+        "concurrency": 2,
+        **extra,
+    }
+    say(f"collect_episodes {out_dir}: {episodes} episodes from seed {seed} on {llm['url']}")
+    return mcp_call(client, "collect_episodes", args)
+
+
+def scores(collection: Path) -> dict[str, Any]:
+    """Tool-call compliance, accuracy and mean reward of an evaluation collection.
+
+    Compliance: the model submitted its answer through the ``answer`` tool (in tool mode the
+    verifier runs exactly then, so the reward is a number). Accuracy: reward 1.0. Mean reward:
+    over every episode, a missing reward (no tool call, or a failed rollout) counted as 0."""
+    rows = [json.loads(x) for x in (collection / "episodes.jsonl").read_text().splitlines()]
+    failures = collection / "failures.jsonl"
+    failed = (
+        {json.loads(x)["episode_id"] for x in failures.read_text().splitlines()}
+        if failures.exists()
+        else set()
+    )
+    failed -= {r["episode_id"] for r in rows}
+    n = len(rows) + len(failed)
+    rewards = [r["reward"] for r in rows]
+    return {
+        "episodes": n,
+        "failed": len(failed),
+        "tool_call_compliance": sum(r is not None for r in rewards) / n,
+        "accuracy": sum(r == 1.0 for r in rewards) / n,
+        "mean_reward": sum(r or 0.0 for r in rewards) / n,
+        "stop_reasons": _count(r["stop_reason"] for r in rows),
+    }
+
+
+def _count(values: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for v in values:
+        out[str(v)] = out.get(str(v), 0) + 1
+    return out
+
+
+def certify(client: Any, url: str, logs: Path, name: str) -> dict[str, Any]:
+    """validate_llm (through the MCP server) and ``rollwire parity`` of one engine."""
+    cert = mcp_call(client, "validate_llm", {"llm_url": url})
+    say(f"{name}: validate_llm {cert['verdict']} (tier {cert['capture_level']})")
+    parity = subprocess.run(
+        rollwire_cmd("parity", "--llm-url", url, "--json"),
+        cwd=ROOT, capture_output=True, text=True, env=_env(), timeout=900,
+    )  # fmt: skip
+    (logs / f"parity-{name}.log").write_text(parity.stderr)
+    report = json.loads(parity.stdout) if parity.stdout.strip() else {}
+    say(f"{name}: rollwire parity {report.get('verdict')}")
+    return {
+        "verdict": cert["verdict"],
+        "capture_level": cert["capture_level"],
+        "token_in_paths": cert.get("token_in_paths"),
+        "parity": report.get("verdict"),
+        "parity_honest_max_abs": (report.get("honest") or {}).get("max_abs"),
+        "parity_controls_min_mean_abs": min(
+            (c["mean_abs"] for c in report.get("controls") or []), default=None
+        ),
+    }
+
+
+def fine_tune(args: argparse.Namespace, base: Path, data: Path, out: Path, logs: Path) -> dict:
+    """TRL's SFTTrainer on the exported conversations, assistant tokens only."""
+    import datasets
+    from transformers import AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    splits = datasets.load_dataset(str(data), cache_dir=str(data / ".hf-cache"))
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    config = SFTConfig(
+        output_dir=str(out.parent / "sft-run"),
+        num_train_epochs=args.epochs,
+        per_device_train_batch_size=args.batch_size,
+        learning_rate=args.learning_rate,
+        lr_scheduler_type="cosine",
+        warmup_steps=0.05,  # a float below 1: a share of the steps
+        assistant_only_loss=True,  # the chat template marks the assistant's own tokens
+        max_length=1024,
+        logging_steps=5,
+        eval_strategy="epoch" if "eval" in splits else "no",
+        save_strategy="no",
+        report_to="none",
+        bf16=False,
+        seed=args.seed,
+    )
+    trainer = SFTTrainer(
+        model=str(base),
+        processing_class=tokenizer,
+        train_dataset=splits["train"],
+        eval_dataset=splits.get("eval"),
+        args=config,
+    )
+    say(f"SFT: {splits['train'].num_rows} conversations x {args.epochs} epochs on {base.name}")
+    started = time.perf_counter()
+    with redirect_stdout(sys.stderr):  # the trainer prints its logs: stdout is for the table
+        trainer.train()
+    trainer.save_model(str(out))
+    tokenizer.save_pretrained(str(out))
+    history = trainer.state.log_history
+    (logs / "sft_log_history.json").write_text(json.dumps(history, indent=2))
+    losses = [e["loss"] for e in history if "loss" in e]
+    evals = [e["eval_loss"] for e in history if "eval_loss" in e]
+    return {
+        "train_rows": splits["train"].num_rows,
+        "eval_rows": splits["eval"].num_rows if "eval" in splits else 0,
+        "epochs": args.epochs,
+        "steps": trainer.state.global_step,
+        "learning_rate": args.learning_rate,
+        "batch_size": args.batch_size,
+        "first_loss": losses[0] if losses else None,
+        "last_loss": losses[-1] if losses else None,
+        "eval_loss": evals,
+        "wall_s": round(time.perf_counter() - started, 1),
+    }
+
+
+def grpo_step(args: argparse.Namespace, server: str, llm: str, model: Path, work: Path) -> dict:
+    """One GRPO step of examples/trl_grpo.py from the warmed model, sampled by its engine."""
+    out_dir = work / "grpo"
+    argv = [
+        sys.executable, str(ROOT / "examples" / "trl_grpo.py"),
+        "--server", server, "--llm-url", llm, "--model", str(model),
+        "--task", TASK, "--task-config", json.dumps(TASK_CONFIG), "--answer-mode", "tool",
+        "--group-size", str(args.grpo_group), "--batch-size", str(args.grpo_group),
+        "--max-steps", "1", "--learning-rate", "1e-5", "--max-turns", "2",
+        "--max-tokens", str(args.max_tokens), "--seed", str(EVAL_SEED + 500_000),
+        "--output-dir", str(out_dir),
+    ]  # fmt: skip
+    say(f"GRPO: one step, {args.grpo_group} rollouts from {model.name}")
+    started = time.perf_counter()
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=_env(), timeout=3600)
+    (work / "logs" / "grpo.log").write_text(done.stderr)
+    if done.returncode != 0:
+        raise RuntimeError(f"trl_grpo.py failed:\n{done.stderr[-4000:]}")
+    report = json.loads((out_dir / "rollwire_report.json").read_text())
+    (log,) = [e for e in report["log_history"] if "loss" in e]
+    return {
+        "rewards": report["steps"][0]["rewards"],
+        "mean_reward": log.get("reward"),
+        "reward_std": log.get("reward_std"),
+        "loss": log["loss"],
+        "grad_norm": log.get("grad_norm"),
+        "step0_logprob_agreement": report.get("step0_logprob_agreement"),
+        "wall_s": round(time.perf_counter() - started, 1),
+    }
+
+
+def table(before: dict[str, Any], after: dict[str, Any]) -> str:
+    rows = [("tool-call compliance", "tool_call_compliance"), ("accuracy", "accuracy"),
+            ("mean reward", "mean_reward")]  # fmt: skip
+    lines = [f"{'held-out seeds':22} {'before':>8} {'after':>8} {'delta':>8}"]
+    for label, key in rows:
+        b, a = before[key], after[key]
+        pct = key != "mean_reward"
+        fmt = (lambda v: f"{100 * v:.1f}%") if pct else (lambda v: f"{v:.3f}")
+        delta = f"{100 * (a - b):+.1f} pp" if pct else f"{a - b:+.3f}"
+        lines.append(f"{label:22} {fmt(b):>8} {fmt(a):>8} {delta:>8}")
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    from rollwire.trl import RolloutClient
+
+    work = (ROOT / args.work).resolve() if not Path(args.work).is_absolute() else Path(args.work)
+    logs = work / "logs"
+    data_dir = work / "collections"
+    for stale in ("collections", "sft", "student", "sft-run", "grpo"):
+        shutil.rmtree(work / stale, ignore_errors=True)
+    logs.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {
+        "task": TASK,
+        "task_config": TASK_CONFIG,
+        "quick": args.quick,
+        "command": " ".join(["python", "examples/sft_warmup.py", *sys.argv[1:]]),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+    base = work / "base"
+    if not (base / "config.json").exists():
+        say("rollwire convert: the embedded SmolLM2-135M-Instruct as a Hugging Face folder")
+        subprocess.run(
+            rollwire_cmd("convert", "--out", str(base), "--force"), cwd=ROOT, check=True, env=_env()
+        )
+    port = free_port()
+    serve = rollwire_cmd("serve", "--http", "--port", str(port), "--data-dir", str(data_dir))
+    with process("serve", serve, logs, ready="rollwire MCP server on "):
+        server = f"http://127.0.0.1:{port}/mcp"
+        with RolloutClient(server, timeout=4 * 3600) as client, teacher(args) as teacher_llm:
+            # 1. teacher collection, keep what the verifier scored 1.0
+            t = collect(
+                client, "teacher", teacher_llm, args.train_episodes, TRAIN_SEED, min_reward=1.0
+            )
+            results["teacher"] = {
+                "llm": "scripted (examples/chain_sum_teacher.py)" if not args.teacher_url else args.teacher_url,
+                "kept": t["collected"], "filtered": t["filtered"], "failed": t["failed"],
+                "engine_tier": t["engine_tier"], "seeds": [TRAIN_SEED, TRAIN_SEED + args.train_episodes - 1],
+            }  # fmt: skip
+        # 2. the SFT dataset
+        from rollwire.datasets.sft import export_sft
+
+        exported = export_sft(
+            data_dir / "teacher", work / "sft", min_reward=1.0, eval_fraction=0.05
+        )
+        results["sft_export"] = exported.model_dump()
+        say(f"export --format sft: {exported.rows}")
+        eval_args = {
+            "sampling": {"temperature": args.eval_temperature, "max_tokens": args.max_tokens},
+            "limits": {"max_turns": 2},
+        }
+        held_out = [EVAL_SEED, EVAL_SEED + args.eval_episodes - 1]
+        with RolloutClient(server, timeout=4 * 3600) as client:
+            # 3. before
+            with engine(base, logs, "engine-base") as url:
+                results["base_engine"] = certify(client, url, logs, "base")
+                collect(
+                    client, "eval-base", {"url": url}, args.eval_episodes, EVAL_SEED, **eval_args
+                )
+            results["before"] = {**scores(data_dir / "eval-base"), "seeds": held_out}
+            say(f"before: {results['before']}")
+            # 4. SFT
+            student = work / "student"
+            results["sft"] = fine_tune(args, base, work / "sft", student, logs)
+            # 5. after (and 6. GRPO from the warmed model, on its engine)
+            with engine(student, logs, "engine-student") as url:
+                results["student_engine"] = certify(client, url, logs, "student")
+                collect(
+                    client, "eval-student", {"url": url}, args.eval_episodes, EVAL_SEED, **eval_args
+                )
+                results["after"] = {**scores(data_dir / "eval-student"), "seeds": held_out}
+                say(f"after: {results['after']}")
+                if not args.no_grpo:
+                    results["grpo"] = grpo_step(args, server, url, student, work)
+    results["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    Path(args.results).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.results).write_text(json.dumps(results, indent=2) + "\n")
+    print(table(results["before"], results["after"]))
+    if "grpo" in results:
+        g = results["grpo"]
+        agree = g["step0_logprob_agreement"] or {}
+        print(
+            f"GRPO step from the warmed model: rewards {g['rewards']}, loss {g['loss']:.4g}, "
+            f"grad norm {g['grad_norm']:.4g}; TRL vs engine logprobs over {agree.get('tokens')} "
+            f"tokens: mean |diff| {agree.get('mean_abs_diff')}, max {agree.get('max_abs_diff')}"
+        )
+    print(f"results: {args.results}")
+    return 0
+
+
+@contextmanager
+def teacher(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
+    """The teacher as collect_episodes' ``llm``: the given endpoint, or the scripted one."""
+    if args.teacher_url:
+        spec = {
+            "url": args.teacher_url,
+            "model": args.teacher_model,
+            "api_key": args.teacher_api_key,
+        }
+        yield {k: v for k, v in spec.items() if v}
+        return
+    with scripted_teacher() as url:
+        yield {"url": url}
+
+
+if __name__ == "__main__":
+    sys.exit(main(parse_args()))
