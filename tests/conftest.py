@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 # huggingface_hub fetches an agent registry from huggingface.co for its User-Agent unless
 # telemetry is off (read at import): tests never reach the internet, subprocesses included.
@@ -40,3 +42,22 @@ def raw_engine_url(reference_model: ReferenceModel) -> Iterator[str]:
     app = create_engine_app(reference_model, served_name=SERVED, raw_logprobs=True)
     with serve_in_thread(app) as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def converted_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The embedded SmolLM2 GGUF as a Hugging Face folder, written by ``rollwire convert``
+    itself (~35 s; needs the train extra)."""
+    out = tmp_path_factory.mktemp("smollm2-hf")
+    from rollwire.server.cli import main
+
+    assert main(["convert", "--out", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="session")
+def hf_tokenizer(converted_dir: Path) -> Any:
+    """The converted folder's tokenizer, loaded by plain transformers."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(converted_dir)

@@ -17,7 +17,7 @@ from rollwire.datasets.store import EpisodeStore
 from rollwire.server import cli
 from rollwire.sessions.collect import CollectConfig, collect
 from rollwire.tools.endpoint import EndpointPool
-from rollwire.tools.rollouts import Limits, LLMSpec
+from rollwire.tools.rollouts import Limits, LLMSpec, Sampling
 from tests.datasets.samples import make_record
 from tests.fakes.serve import serve_in_thread
 from tests.fakes.vllm import FakeVLLM
@@ -257,3 +257,79 @@ def test_sft_trainer_trains_on_the_token_tier_export_as_is(collection, tmp_path)
     trainer.train()
     (log,) = [e for e in trainer.state.log_history if "loss" in e]
     assert trainer.state.global_step == 1 and log["loss"] > 0
+
+
+@pytest.mark.slow
+def test_exported_messages_render_through_the_student_template_as_the_engine_saw_them(
+    collection, tmp_path, hf_tokenizer, reference_model
+):
+    """The exported conversation (tool-call arguments as objects, tool results, tools), rendered
+    by the chat template ``rollwire convert`` gives the student, is the very text the reference
+    engine renders for the conversation as the agent held it."""
+    export_sft(collection, tmp_path / "sft", eval_fraction=0.0, messages_only=True)
+    rows = load(tmp_path / "sft", tmp_path / "hf")["train"]
+    originals = {e["episode_id"]: e for e in episodes(collection)}
+    for row in rows:
+        original = originals[row["episode_id"]]
+        ours = hf_tokenizer.apply_chat_template(row["messages"], tools=row["tools"], tokenize=False)
+        engine = reference_model.render(
+            original["messages"], original["tools"], add_generation_prompt=False
+        )
+        assert ours == engine
+
+
+@pytest.fixture(scope="module")
+def engine_collection(engine_url, tmp_path_factory) -> Path:
+    """Token-tier episodes from the real reference engine, greedy, answers in text."""
+    from tests.conftest import SERVED
+
+    out = tmp_path_factory.mktemp("engine") / "c"
+    config = CollectConfig(
+        tasks=[TASK, "textarena:TowerOfHanoi-v0"],
+        episodes=4,
+        llm=LLMSpec(url=f"{engine_url}/v1", model=SERVED),
+        limits=Limits(max_turns=3),
+        sampling=Sampling(temperature=0.0, max_tokens=40),
+        answer_mode="text",
+    )
+
+    async def run() -> None:
+        pool = EndpointPool()
+        try:
+            await collect(config, out, pool=pool)
+        finally:
+            await pool.aclose()
+
+    anyio.run(run)
+    return out
+
+
+@pytest.mark.slow
+def test_the_engines_ids_round_trip_through_the_exported_messages(
+    engine_collection, tmp_path, hf_tokenizer
+):
+    """On a real engine the exported messages tokenise, through the student's template, to the
+    captured ids, and the template's assistant mask is the capture's loss mask (multi-turn
+    TextArena included): the two columns describe one training sequence."""
+    result = export_sft(engine_collection, tmp_path / "sft", eval_fraction=0.0)
+    assert result.token_columns and result.rows["train"] == 4
+    rows = load(tmp_path / "sft", tmp_path / "hf")["train"]
+    assert max(sum(m["role"] == "assistant" for m in r["messages"]) for r in rows) > 1
+    eos = hf_tokenizer.convert_tokens_to_ids("<|im_end|>")
+    for row in rows:
+        rendered = hf_tokenizer.apply_chat_template(
+            row["messages"], tools=row["tools"], tokenize=True, return_dict=True,
+            return_assistant_tokens_mask=True,
+        )  # fmt: skip
+        n = len(row["input_ids"])
+        assert rendered["input_ids"][:n] == row["input_ids"]
+        template_mask = list(rendered["assistant_masks"][:n])
+        # Every token the capture trains is an assistant token of the template; they differ only
+        # on an <|im_end|> that closes a turn cut off by max_tokens: the template counts it as
+        # the assistant's, but the engine never sampled it (it is prompt glue in the capture).
+        differ = [i for i in range(n) if template_mask[i] != row["assistant_masks"][i]]
+        assert all(template_mask[i] == 1 and row["input_ids"][i] == eos for i in differ)
+        assert all(row["input_ids"][i + 1 : i + 3] == [198, 1] for i in differ)  # "\n" + next turn
+        # after the capture: the newline after the last EOS, or the EOS itself when the last
+        # turn was cut off by max_tokens (the capture holds only what was sampled)
+        assert hf_tokenizer.decode(rendered["input_ids"][n:]) in ("\n", "<|im_end|>\n")
