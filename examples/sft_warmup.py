@@ -256,6 +256,23 @@ def certify(client: Any, url: str, logs: Path, name: str) -> dict[str, Any]:
     }
 
 
+def held_out_eval(
+    args: argparse.Namespace, client: Any, url: str, data_dir: Path, logs: Path, name: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Certify an engine, then collect the held-out instances on it (tool mode, greedy by
+    default) and score them: the same seeds for every model."""
+    engine_report = certify(client, url, logs, name)
+    extra = {
+        "sampling": {"temperature": args.eval_temperature, "max_tokens": args.max_tokens},
+        "limits": {"max_turns": 2},
+    }
+    collect(client, f"eval-{name}", {"url": url}, args.eval_episodes, EVAL_SEED, **extra)
+    held_out = [EVAL_SEED, EVAL_SEED + args.eval_episodes - 1]
+    scored = {**scores(data_dir / f"eval-{name}"), "seeds": held_out}
+    say(f"{name}: {scored}")
+    return engine_report, scored
+
+
 def fine_tune(args: argparse.Namespace, base: Path, data: Path, out: Path, logs: Path) -> dict:
     """TRL's SFTTrainer on the exported conversations, assistant tokens only."""
     import datasets
@@ -400,31 +417,20 @@ def main(args: argparse.Namespace) -> int:
         )
         results["sft_export"] = exported.model_dump()
         say(f"export --format sft: {exported.rows}")
-        eval_args = {
-            "sampling": {"temperature": args.eval_temperature, "max_tokens": args.max_tokens},
-            "limits": {"max_turns": 2},
-        }
-        held_out = [EVAL_SEED, EVAL_SEED + args.eval_episodes - 1]
         with RolloutClient(server, timeout=4 * 3600) as client:
             # 3. before
             with engine(base, logs, "engine-base") as url:
-                results["base_engine"] = certify(client, url, logs, "base")
-                collect(
-                    client, "eval-base", {"url": url}, args.eval_episodes, EVAL_SEED, **eval_args
+                results["base_engine"], results["before"] = held_out_eval(
+                    args, client, url, data_dir, logs, "base"
                 )
-            results["before"] = {**scores(data_dir / "eval-base"), "seeds": held_out}
-            say(f"before: {results['before']}")
             # 4. SFT
             student = work / "student"
             results["sft"] = fine_tune(args, base, work / "sft", student, logs)
             # 5. after (and 6. GRPO from the warmed model, on its engine)
             with engine(student, logs, "engine-student") as url:
-                results["student_engine"] = certify(client, url, logs, "student")
-                collect(
-                    client, "eval-student", {"url": url}, args.eval_episodes, EVAL_SEED, **eval_args
+                results["student_engine"], results["after"] = held_out_eval(
+                    args, client, url, data_dir, logs, "student"
                 )
-                results["after"] = {**scores(data_dir / "eval-student"), "seeds": held_out}
-                say(f"after: {results['after']}")
                 if not args.no_grpo:
                     results["grpo"] = grpo_step(args, server, url, student, work)
     results["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")

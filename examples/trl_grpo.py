@@ -21,7 +21,18 @@ Training samples from ``--vllm-server``: a vLLM OpenAI server started for TRL's 
 parser for rollwire. GRPOTrainer pushes the current weights to it before each batch of
 rollouts, and rollwire's agents call the same server's ``/v1``, so every rollout samples the
 current policy. Without ``--vllm-server``, rollouts sample ``--llm-url`` (or the rollwire
-server's default engine) and nothing updates that engine: fine for a smoke test, not for a run.
+server's default engine) and nothing updates that engine: exact for the first step (the engine
+serves the weights being trained), stale after it. On a CPU, from a warmed checkpoint
+(``examples/sft_warmup.py``) served by ``rollwire engine --model DIR``:
+
+    python examples/trl_grpo.py --server http://127.0.0.1:8400/mcp --model DIR \\
+        --llm-url http://127.0.0.1:8000/v1 --task reasoning_gym:chain_sum \\
+        --task-config '{"min_terms": 2, "max_terms": 3}' --group-size 4 --max-steps 1
+
+``--answer-mode text`` (or ``either``) gets rewards from a policy that answers in prose. At step
+0 TRL's own per-token logprobs of the captured completions are compared with the engine's
+(mean and max |diff| over the env_mask positions), on stderr and in
+``<output-dir>/rollwire_report.json`` with TRL's logged metrics.
 
 Checked against TRL 1.16.0 (``GRPOTrainer(rollout_func=...)``: ``rollout_func(prompts,
 trainer)`` gets each prompt ``num_generations`` times in a row, needs ``prompt_ids``,

@@ -44,6 +44,11 @@ def collection(fake_url, tmp_path_factory) -> Path:
         task_config={"min_terms": 2, "max_terms": 3},
     )
 
+    run_collection(config, out)
+    return out
+
+
+def run_collection(config: CollectConfig, out: Path) -> None:
     async def run() -> None:
         pool = EndpointPool()
         try:
@@ -52,7 +57,6 @@ def collection(fake_url, tmp_path_factory) -> Path:
             await pool.aclose()
 
     anyio.run(run)
-    return out
 
 
 def episodes(path: Path) -> list[dict]:
@@ -293,14 +297,7 @@ def engine_collection(engine_url, tmp_path_factory) -> Path:
         answer_mode="text",
     )
 
-    async def run() -> None:
-        pool = EndpointPool()
-        try:
-            await collect(config, out, pool=pool)
-        finally:
-            await pool.aclose()
-
-    anyio.run(run)
+    run_collection(config, out)
     return out
 
 
