@@ -214,3 +214,13 @@ async def test_textarena_text_mode_rollout_continues_after_each_move(scripted):
 async def test_a_text_mode_on_a_family_without_answers_is_a_failed_result_naming_it(tool_proxy):
     out = await run_env_rollout("openspiel:tic_tac_toe", proxy=tool_proxy, answer_mode="text")
     assert not out.result.ok and "answer_mode: 'text'" in (out.result.error or "")
+
+
+async def test_text_mode_reads_no_tool_call_from_the_reply_text(rg, scripted):
+    answer = answer_of(rg, 5)
+    written_call = '<tool_call>\n{"name": "answer", "arguments": {"answer": "1"}}\n</tool_call>'
+    scripted.behavior.scripted_replies = [f"{written_call}\n<answer>{answer}</answer>"]
+    async for proxy in _proxy(scripted.url):  # type: ignore[attr-defined]
+        out = await run_env_rollout(TASK, proxy=proxy, config=CONFIG, seed=5, answer_mode="text")
+    r = out.result  # no tool was offered: the written call is text, and the tags are the answer
+    assert r.reward == 1.0 and r.n_tool_calls == 0 and r.stop_reason == "text_answer"

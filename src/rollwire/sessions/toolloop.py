@@ -4,9 +4,10 @@ Each model call goes to the proxy (so ids and logprobs come from the engine); ea
 to the session; results are appended; the loop stops on done, on a reply with no tool call, or
 on a limit. A session that takes text answers (``answer_mode`` text or either) gets a reply with
 no tool call as its answer instead: the episode goes on (its observation appended as a user
-message) until the environment says done. Models without native tool calling are read through the text tool format
-(``<tool_call>{...}</tool_call>``). Every tool call the model made gets a result, executed or
-not, so no tool-call id is ever left without one.
+message) until the environment says done. Models without native tool calling are read through
+the text tool format (``<tool_call>{...}</tool_call>``); with no tools offered (``text``), no
+call is read from the text. Every tool call the model made gets a result, executed or not, so
+no tool-call id is ever left without one.
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ async def run_tool_loop(
             else:
                 # The reply text is kept verbatim: the next prompt must extend this turn's tokens.
                 messages.append({"role": "assistant", "content": content})
-                _, calls = parse_calls(content)
+                calls = parse_calls(content)[1] if tools else []
             if not calls:
                 if not session.takes_text_answers():
                     out.stop_reason = "no_tool_call"
