@@ -19,8 +19,9 @@ RL has nothing to learn from. The warm-up, as the people who train models do it:
    of the captured completions are compared with the engine's.
 
 The table (tool-call compliance, accuracy, mean reward; before and after) goes to stdout, every
-number of the run to ``--results`` (default ``bench/results/sft_warmup.json``). Progress and the
-commands' logs go to stderr and ``<work>/logs``.
+number of the run is appended to ``--results`` (default ``bench/results/sft_warmup.json``, a
+list of runs, ``quick`` ones marked). Progress and the commands' logs go to stderr and
+``<work>/logs``.
 
     uv run python examples/sft_warmup.py --quick          # the whole path, tiny budget (minutes)
     uv run python examples/sft_warmup.py                  # the published run (about 2-3 hours)
@@ -57,7 +58,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="the whole path on a tiny budget")
     p.add_argument("--work", default="runs/sft-warmup", help="working directory")
-    p.add_argument("--results", help="JSON results (default bench/results/sft_warmup[_quick].json)")
+    p.add_argument(
+        "--results",
+        default=str(ROOT / "bench" / "results" / "sft_warmup.json"),
+        help="the JSON file this run is appended to (default bench/results/sft_warmup.json)",
+    )
     p.add_argument("--teacher-url", help="the teacher's OpenAI base URL (default: scripted)")
     p.add_argument("--teacher-model", help="the teacher's model name, when it serves several")
     p.add_argument("--teacher-api-key", default=os.environ.get("TEACHER_API_KEY"))
@@ -74,9 +79,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.train_episodes = args.train_episodes or (32 if args.quick else 2000)
     args.eval_episodes = args.eval_episodes or (12 if args.quick else 200)
-    if args.results is None:
-        name = "sft_warmup_quick.json" if args.quick else "sft_warmup.json"
-        args.results = str(ROOT / "bench" / "results" / name)
     return args
 
 
@@ -359,6 +361,16 @@ def grpo_step(args: argparse.Namespace, server: str, llm: str, model: Path, work
     }
 
 
+def record(path: Path, results: dict[str, Any]) -> None:
+    """Append this run to the results file (``{"runs": [...]}``, the latest last)."""
+    runs: list[dict[str, Any]] = []
+    if path.exists():
+        earlier = json.loads(path.read_text())
+        runs = earlier.get("runs", []) if isinstance(earlier, dict) else []
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"runs": [*runs, results]}, indent=2) + "\n")
+
+
 def table(before: dict[str, Any], after: dict[str, Any]) -> str:
     rows = [("tool-call compliance", "tool_call_compliance"), ("accuracy", "accuracy"),
             ("mean reward", "mean_reward")]  # fmt: skip
@@ -434,8 +446,7 @@ def main(args: argparse.Namespace) -> int:
                 if not args.no_grpo:
                     results["grpo"] = grpo_step(args, server, url, student, work)
     results["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-    Path(args.results).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.results).write_text(json.dumps(results, indent=2) + "\n")
+    record(Path(args.results), results)
     print(table(results["before"], results["after"]))
     if "grpo" in results:
         g = results["grpo"]

@@ -32,7 +32,9 @@ def warmup(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict]:
         timeout=1800,
     )
     assert done.returncode == 0, done.stderr[-6000:]
-    return done, json.loads(results.read_text())
+    (run,) = json.loads(results.read_text())["runs"]
+    assert run["quick"] is True
+    return done, run
 
 
 def test_the_table_compares_held_out_seeds_before_and_after(warmup):
