@@ -162,13 +162,17 @@ class HttpConn:
             await self.writer.wait_closed()
 
 
+ADMIN_KEY = "bench-admin-key"  # the proxy's control plane always needs one
+ADMIN = {"authorization": f"Bearer {ADMIN_KEY}"}
+
+
 async def http_json(port: int, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-    """One request on a fresh connection; the reply parsed as JSON."""
+    """One request on a fresh connection (with the control plane's key); the reply as JSON."""
     conn = await HttpConn.open(port)
     try:
         data = orjson.dumps(body) if body is not None else None
         async with asyncio.timeout(CALL_TIMEOUT_S):
-            status, raw = await conn.send(build_request(method, path, data))
+            status, raw = await conn.send(build_request(method, path, data, ADMIN))
         return status, orjson.loads(raw) if raw else None
     finally:
         await conn.close()
@@ -349,7 +353,7 @@ class SessionPool:
         try:
             for sid in self.used:
                 async with asyncio.timeout(CALL_TIMEOUT_S):
-                    await conn.send(build_request("DELETE", f"/sessions/{sid}"))
+                    await conn.send(build_request("DELETE", f"/sessions/{sid}", None, ADMIN))
         finally:
             await conn.close()
         self.used.clear()
@@ -765,6 +769,7 @@ async def main_async(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str
                 [
                     *(py, *prof, "-m", "rollwire", "proxy"),
                     *("--llm-url", f"http://{HOST}:{upstream.port}/v1", "--port", str(port)),
+                    *("--admin-key", ADMIN_KEY),
                 ],
                 port,
                 PROXY_CPU if pin else None,

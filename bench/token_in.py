@@ -77,6 +77,8 @@ TOOLS = [
     }
 ]
 
+ADMIN_KEY = "bench-admin-key"  # the proxy's control plane always needs one
+
 
 def fragmentation(docs: list[dict[str, Any]]) -> tuple[int, int]:
     """(broken links, links) over rollout documents."""
@@ -118,7 +120,8 @@ def summary(docs: list[dict[str, Any]]) -> dict[str, Any]:
 async def fake_conversation(
     http: httpx.AsyncClient, root: str, turns: int, timings: list[float], seed: int
 ) -> dict[str, Any]:
-    sid = (await http.post(f"{root}/sessions")).json()["session_id"]
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    sid = (await http.post(f"{root}/sessions", headers=admin)).json()["session_id"]
     headers = {"Authorization": f"Bearer {sid}"}
     messages: list[dict[str, Any]] = [
         {"role": "user", "content": f"Tell me about hypotheses and theories, case {seed}."}
@@ -130,8 +133,8 @@ async def fake_conversation(
         if turn:  # first calls are rendered either way
             timings.append((time.perf_counter() - start) * 1000)
         answer(messages, reply["choices"][0]["message"], "a guess", f"Go on ({turn}).")
-    doc = (await http.get(f"{root}/sessions/{sid}/rollout")).json()
-    await http.delete(f"{root}/sessions/{sid}")
+    doc = (await http.get(f"{root}/sessions/{sid}/rollout", headers=admin)).json()
+    await http.delete(f"{root}/sessions/{sid}", headers=admin)
     return doc
 
 
@@ -175,6 +178,7 @@ async def bench_fake(
                 capture_level=CaptureLevel.TOKENS,
                 token_in=mode,
                 token_in_path=path,
+                admin_key=ADMIN_KEY,
             )
             proxies[label] = (CaptureProxy(config), bind("127.0.0.1", 0))
         docs: dict[str, list[dict[str, Any]]] = {label: [] for label in FAKE_MODES}

@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 
@@ -61,14 +62,35 @@ def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 30.0) -> No
     raise AssertionError("proxy did not become healthy")
 
 
+def _stderr_line(proc: subprocess.Popen, needle: str, timeout: float = 30.0) -> str:
+    """The first line the running process writes to stderr that holds ``needle``."""
+    found: list[str] = []
+
+    def scan() -> None:
+        for line in proc.stderr:
+            if needle in line:
+                found.append(line.strip())
+                return
+
+    reader = threading.Thread(target=scan, daemon=True)
+    reader.start()
+    reader.join(timeout)
+    assert found, f"no {needle!r} on stderr"
+    return found[0]
+
+
+ADMIN_KEY = "cli-admin-key"
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
+
+
 def test_proxy_command_serves_the_sdk_and_exports_a_trainable_rollout(fake_url):
     port = _free_port()
-    proc = _run("proxy", "--llm-url", fake_url, "--port", str(port))
+    proc = _run("proxy", "--llm-url", fake_url, "--port", str(port), "--admin-key", ADMIN_KEY)
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(url, proc)
         assert httpx.get(f"{url}/health").json()["capture_level"] == "tokens"
-        sid = httpx.post(f"{url}/sessions").json()["session_id"]
+        sid = httpx.post(f"{url}/sessions", headers=ADMIN).json()["session_id"]
         client = openai.OpenAI(base_url=f"{url}/v1", api_key=sid, max_retries=0)
         messages = [{"role": "user", "content": "hello"}]
         r = client.chat.completions.create(model="any", messages=messages)
@@ -77,7 +99,7 @@ def test_proxy_command_serves_the_sdk_and_exports_a_trainable_rollout(fake_url):
             {"role": "user", "content": "more"},
         ]
         client.chat.completions.create(model="any", messages=messages)
-        doc = httpx.get(f"{url}/sessions/{sid}/rollout").json()
+        doc = httpx.get(f"{url}/sessions/{sid}/rollout", headers=ADMIN).json()
         (seq,) = doc["sequences"]
         assert seq["trainable"] and len(seq["input_ids"]) == len(seq["loss_mask"]) == len(
             seq["logprobs"]
@@ -85,7 +107,28 @@ def test_proxy_command_serves_the_sdk_and_exports_a_trainable_rollout(fake_url):
     finally:
         proc.terminate()
         proc.wait(10)
-    assert "tier tokens: TRAIN" in proc.stderr.read()
+    banner = proc.stderr.read()
+    assert "tier tokens: TRAIN" in banner
+    # a key the user gave is not echoed: the hint names its place instead
+    assert "Bearer <admin key>" in banner and ADMIN_KEY not in banner
+
+
+def test_proxy_command_without_an_admin_key_prints_the_generated_one_and_takes_it(fake_url):
+    port = _free_port()
+    proc = _run("proxy", "--llm-url", fake_url, "--port", str(port))
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(url, proc)
+        line = _stderr_line(proc, "control plane key (generated; --admin-key to set one): ")
+        key = line.rsplit(" ", 1)[1]
+        hint = _stderr_line(proc, "open a session: curl")
+        assert f"-H 'Authorization: Bearer {key}'" in hint
+        assert httpx.post(f"{url}/sessions").status_code == 401
+        resp = httpx.post(f"{url}/sessions", headers={"Authorization": f"Bearer {key}"})
+        assert resp.status_code == 200 and resp.json()["session_id"]
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 def test_llm_url_is_required_with_no_fallback():

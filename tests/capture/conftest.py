@@ -14,6 +14,10 @@ from rollwire.capture.rollout import CaptureLevel
 from tests.fakes.serve import serve_in_thread
 from tests.fakes.vllm import FakeVLLM
 
+# The control plane always takes a key: the one every proxy started here is given by default.
+ADMIN_KEY = "test-admin-key"
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
+
 
 @dataclass
 class Upstream:
@@ -27,8 +31,13 @@ class Proxy:
     url: str
     upstream: Upstream
 
+    @property
+    def admin(self) -> dict[str, str]:
+        """The control plane's auth header, with the key this proxy runs under."""
+        return {"Authorization": f"Bearer {self.proxy.admin_key}"}
+
     def open_session(self, **body) -> str:
-        resp = httpx.post(f"{self.url}/sessions", json=body or None)
+        resp = httpx.post(f"{self.url}/sessions", json=body or None, headers=self.admin)
         resp.raise_for_status()
         return resp.json()["session_id"]
 
@@ -41,7 +50,7 @@ class Proxy:
         return openai.AsyncOpenAI(base_url=f"{self.url}/v1", api_key=session_id, **kw)
 
     def rollout(self, session_id: str) -> dict:
-        resp = httpx.get(f"{self.url}/sessions/{session_id}/rollout")
+        resp = httpx.get(f"{self.url}/sessions/{session_id}/rollout", headers=self.admin)
         resp.raise_for_status()
         return resp.json()
 
@@ -55,6 +64,7 @@ def upstream() -> Iterator[Upstream]:
 
 def start_proxy(upstream_url: str, **config) -> tuple[CaptureProxy, object]:
     config.setdefault("capture_level", CaptureLevel.TOKENS)
+    config.setdefault("admin_key", ADMIN_KEY)
     proxy = CaptureProxy(ProxyConfig(llm_url=upstream_url, **config))
     return proxy, serve_in_thread(proxy.app)
 

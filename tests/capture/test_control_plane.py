@@ -5,6 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from rollwire.capture.proxy import CaptureProxy, ProxyConfig
 from tests.capture.conftest import Proxy, start_proxy
 
 MSG = {"messages": [{"role": "user", "content": "x"}]}
@@ -19,20 +20,21 @@ def _call(proxy: Proxy, sid: str, **kw) -> httpx.Response:
 
 def test_open_session_returns_an_id_and_accepts_metadata(proxy: Proxy):
     resp = httpx.post(
-        f"{proxy.url}/sessions", json={"metadata": {"task": "t-1"}, "max_model_calls": 5}
+        f"{proxy.url}/sessions",
+        json={"metadata": {"task": "t-1"}, "max_model_calls": 5},
+        headers=proxy.admin,
     )
     assert resp.status_code == 200
     sid = resp.json()["session_id"]
-    summary = httpx.get(f"{proxy.url}/sessions/{sid}").json()
+    summary = httpx.get(f"{proxy.url}/sessions/{sid}", headers=proxy.admin).json()
     assert summary["metadata"] == {"task": "t-1"} and summary["max_model_calls"] == 5
 
 
 def test_list_sessions_shows_turns_roots_and_idle_time(proxy: Proxy):
     sid = proxy.open_session()
     assert _call(proxy, sid).status_code == 200
-    (row,) = [
-        s for s in httpx.get(f"{proxy.url}/sessions").json()["sessions"] if s["session_id"] == sid
-    ]
+    listed = httpx.get(f"{proxy.url}/sessions", headers=proxy.admin).json()["sessions"]
+    (row,) = [s for s in listed if s["session_id"] == sid]
     assert row["turns"] == 1 and row["roots"] == 1
     assert 0 <= row["seconds_since_last_call"] < 60
 
@@ -46,12 +48,12 @@ def test_rollout_document_carries_session_id_and_metadata(proxy: Proxy):
 
 def test_deleted_session_key_stops_working(proxy: Proxy):
     sid = proxy.open_session()
-    assert httpx.delete(f"{proxy.url}/sessions/{sid}").json() == {
+    assert httpx.delete(f"{proxy.url}/sessions/{sid}", headers=proxy.admin).json() == {
         "session_id": sid,
         "deleted": True,
     }
     assert _call(proxy, sid).status_code == 401
-    assert httpx.get(f"{proxy.url}/sessions/{sid}").status_code == 404
+    assert httpx.get(f"{proxy.url}/sessions/{sid}", headers=proxy.admin).status_code == 404
 
 
 @pytest.mark.parametrize(
@@ -63,12 +65,12 @@ def test_deleted_session_key_stops_working(proxy: Proxy):
     ],
 )
 def test_bad_session_options_are_refused_naming_the_field(proxy: Proxy, body, param):
-    resp = httpx.post(f"{proxy.url}/sessions", json=body)
+    resp = httpx.post(f"{proxy.url}/sessions", json=body, headers=proxy.admin)
     assert resp.status_code == 400 and resp.json()["error"]["param"] == param
 
 
 def test_unknown_session_on_control_plane_is_404(proxy: Proxy):
-    resp = httpx.get(f"{proxy.url}/sessions/rw-nope/rollout")
+    resp = httpx.get(f"{proxy.url}/sessions/rw-nope/rollout", headers=proxy.admin)
     assert resp.status_code == 404 and "rw-nope" in resp.json()["error"]["message"]
 
 
@@ -94,6 +96,35 @@ def test_admin_key_guards_every_control_route(upstream):
         # the admin key is not a session key
         resp = httpx.post(f"{url}/v1/chat/completions", headers=admin, json=MSG)
         assert resp.status_code == 401
+
+
+def test_proxy_without_an_admin_key_guards_its_control_plane_with_a_generated_one(upstream):
+    cap, server = start_proxy(upstream.url, admin_key=None)
+    assert cap.config.admin_key is None and cap.admin_key
+    with server as url:
+        admin = {"Authorization": f"Bearer {cap.admin_key}"}
+        sid = cap.sessions.open().session_id
+        routes = [
+            ("POST", "/sessions"),
+            ("GET", "/sessions"),
+            ("GET", f"/sessions/{sid}"),
+            ("GET", f"/sessions/{sid}/rollout"),
+            ("DELETE", f"/sessions/{sid}"),
+        ]
+        for method, path in routes:
+            resp = httpx.request(method, url + path)
+            assert resp.status_code == 401, (method, path)
+            assert "Authorization: Bearer <admin key>" in resp.json()["error"]["message"]
+        for method, path in routes:
+            assert httpx.request(method, url + path, headers=admin).status_code == 200, path
+        assert httpx.get(f"{url}/health").status_code == 200
+
+
+def test_generated_admin_key_differs_between_proxies(upstream):
+    config = ProxyConfig(llm_url=upstream.url)
+    first, second = CaptureProxy(config), CaptureProxy(config)
+    assert first.admin_key != second.admin_key
+    assert len(first.admin_key) >= 32 and len(second.admin_key) >= 32
 
 
 # ---- bad input: a clear 4xx, nothing forwarded, the session untouched ---------------------------

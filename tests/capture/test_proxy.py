@@ -214,7 +214,7 @@ def test_upstream_500_reaches_caller_and_is_recorded(proxy: Proxy):
         proxy.client(sid).chat.completions.create(
             model="m", messages=[{"role": "user", "content": "x"}]
         )
-    summary = httpx.get(f"{proxy.url}/sessions/{sid}").json()
+    summary = httpx.get(f"{proxy.url}/sessions/{sid}", headers=proxy.admin).json()
     assert summary["errors"] == 1 and summary["turns"] == 0
     assert "upstream_http" in codes(summary["findings"])
     # the next call goes through: nothing was corrupted
@@ -267,7 +267,8 @@ def test_upstream_timeout_is_a_504(upstream):
                 model="m", messages=[{"role": "user", "content": "x"}]
             )
         assert err.value.status_code == 504
-        assert "upstream_timeout" in codes(httpx.get(f"{url}/sessions/{sid}").json()["findings"])
+        summary = httpx.get(f"{url}/sessions/{sid}", headers=p.admin).json()
+        assert "upstream_timeout" in codes(summary["findings"])
 
 
 def test_upstream_down_is_a_502_and_the_proxy_survives():

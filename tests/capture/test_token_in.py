@@ -13,6 +13,7 @@ import pytest
 from rollwire.capture.certify import validate_llm
 from rollwire.capture.proxy import CaptureProxy, ProxyConfig
 from rollwire.capture.rollout import CaptureLevel
+from tests.capture.conftest import ADMIN, ADMIN_KEY
 from tests.fakes.serve import serve_in_thread
 from tests.fakes.vllm import FakeVLLM
 
@@ -36,14 +37,19 @@ def fake() -> Iterator[tuple[FakeVLLM, str]]:
 
 
 def proxy_for(url: str, token_in: str) -> tuple[CaptureProxy, object]:
-    config = ProxyConfig(llm_url=url + "/v1", capture_level=CaptureLevel.TOKENS, token_in=token_in)
+    config = ProxyConfig(
+        llm_url=url + "/v1",
+        capture_level=CaptureLevel.TOKENS,
+        token_in=token_in,
+        admin_key=ADMIN_KEY,
+    )
     proxy = CaptureProxy(config)
     return proxy, serve_in_thread(proxy.app)
 
 
 def converse(root: str, *, turns: int = 3, stream: bool = False, tools: bool = False) -> dict:
     """A multi-turn conversation through the proxy; the rollout document at the end."""
-    sid = httpx.post(f"{root}/sessions").json()["session_id"]
+    sid = httpx.post(f"{root}/sessions", headers=ADMIN).json()["session_id"]
     client = openai.OpenAI(base_url=f"{root}/v1", api_key=sid, max_retries=0)
     messages: list = [{"role": "user", "content": "Tell me about hypotheses and theories."}]
     for turn in range(turns):
@@ -80,7 +86,7 @@ def converse(root: str, *, turns: int = 3, stream: bool = False, tools: bool = F
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": "a guess"})
         if not message.get("tool_calls"):
             messages.append({"role": "user", "content": f"Go on ({turn})."})
-    return httpx.get(f"{root}/sessions/{sid}/rollout").json()
+    return httpx.get(f"{root}/sessions/{sid}/rollout", headers=ADMIN).json()
 
 
 def carried_ok(doc: dict) -> bool:
@@ -137,7 +143,7 @@ def test_an_edited_history_falls_back_with_a_named_reason(fake):
     _, url = fake
     _, server = proxy_for(url, "auto")
     with server as root:
-        sid = httpx.post(f"{root}/sessions").json()["session_id"]
+        sid = httpx.post(f"{root}/sessions", headers=ADMIN).json()["session_id"]
         client = openai.OpenAI(base_url=f"{root}/v1", api_key=sid, max_retries=0)
         first = [{"role": "user", "content": "Hello there."}]
         client.chat.completions.create(model="any", messages=first, max_tokens=8)
@@ -147,7 +153,7 @@ def test_an_edited_history_falls_back_with_a_named_reason(fake):
             {"role": "user", "content": "?"},
         ]
         client.chat.completions.create(model="any", messages=edited, max_tokens=8)
-        doc = httpx.get(f"{root}/sessions/{sid}/rollout").json()
+        doc = httpx.get(f"{root}/sessions/{sid}/rollout", headers=ADMIN).json()
     modes = [t["token_in_mode"] for t in doc["turns"]]
     assert modes == ["rendered", "fallback:edited_history"]
     codes = [f["code"] for f in doc["turns"][1]["findings"]]
@@ -159,7 +165,7 @@ def test_an_engine_that_ignores_the_token_prompt_is_detected(fake):
     vllm.behavior.update(noncanonical_split=True)
     _, server = proxy_for(url, "auto")
     with server as root:
-        sid = httpx.post(f"{root}/sessions").json()["session_id"]
+        sid = httpx.post(f"{root}/sessions", headers=ADMIN).json()["session_id"]
         client = openai.OpenAI(base_url=f"{root}/v1", api_key=sid, max_retries=0)
         messages = [{"role": "user", "content": "Tell me about hypotheses and theories."}]
         reply = client.chat.completions.create(model="any", messages=messages, max_tokens=24)
@@ -169,7 +175,7 @@ def test_an_engine_that_ignores_the_token_prompt_is_detected(fake):
         ]
         vllm.behavior.update(ignore_token_prompt=True)
         client.chat.completions.create(model="any", messages=messages, max_tokens=24)
-        doc = httpx.get(f"{root}/sessions/{sid}/rollout").json()
+        doc = httpx.get(f"{root}/sessions/{sid}/rollout", headers=ADMIN).json()
     assert doc["turns"][1]["token_in_mode"] == "fallback:engine_ignored_token_in"
     assert "token_in_ignored" in [f["code"] for f in doc["turns"][1]["findings"]]
 

@@ -14,6 +14,7 @@ from rollwire.capture.certify import validate_llm
 from rollwire.capture.proxy import CaptureProxy, ProxyConfig, certified_config
 from rollwire.capture.rollout import CaptureLevel
 from rollwire.capture.upstream import Upstream
+from tests.capture.conftest import ADMIN, ADMIN_KEY
 from tests.capture.test_token_in import TOOLS, carried_ok, converse
 from tests.fakes.serve import serve_in_thread
 from tests.fakes.vllm import FakeVLLM
@@ -32,6 +33,7 @@ def served(url: str, path: str, **settings: object):
         capture_level=CaptureLevel.TOKENS,
         token_in="auto",
         token_in_path=path,
+        admin_key=ADMIN_KEY,
         **settings,
     )
     return serve_in_thread(CaptureProxy(config).app)
@@ -39,7 +41,7 @@ def served(url: str, path: str, **settings: object):
 
 def client_of(root: str) -> tuple[str, openai.OpenAI]:
     """A new capture session on the proxy at ``root`` and an openai client bound to it."""
-    sid = httpx.post(f"{root}/sessions").json()["session_id"]
+    sid = httpx.post(f"{root}/sessions", headers=ADMIN).json()["session_id"]
     return sid, openai.OpenAI(base_url=f"{root}/v1", api_key=sid, max_retries=0)
 
 
@@ -73,7 +75,9 @@ def test_completions_path_keeps_a_tool_conversation_one_sequence(fake, stream):
 def test_completions_path_is_what_fragments_without_token_in(fake):
     vllm, url = fake
     completions_engine(vllm)
-    config = ProxyConfig(llm_url=url + "/v1", capture_level=CaptureLevel.TOKENS, token_in="off")
+    config = ProxyConfig(
+        llm_url=url + "/v1", capture_level=CaptureLevel.TOKENS, token_in="off", admin_key=ADMIN_KEY
+    )
     with serve_in_thread(CaptureProxy(config).app) as root:
         doc = converse(root, turns=4, tools=True)
     assert doc["stats"]["roots"] > 1
@@ -97,7 +101,7 @@ def test_completions_path_gives_the_client_the_tool_calls_chat_would(fake):
         second = client.chat.completions.create(
             model="any", messages=messages, tools=TOOLS, max_tokens=40, seed=2
         )
-        doc = httpx.get(f"{root}/sessions/{sid}/rollout").json()
+        doc = httpx.get(f"{root}/sessions/{sid}/rollout", headers=ADMIN).json()
     assert doc["turns"][1]["token_in_mode"] == "spliced"
     choice = second.choices[0]
     assert choice.finish_reason == "tool_calls"
@@ -121,7 +125,7 @@ def test_completions_path_falls_back_for_a_forced_tool_choice(fake):
         client.chat.completions.create(
             model="any", messages=messages, tools=TOOLS, tool_choice="required", max_tokens=40
         )
-        doc = httpx.get(f"{root}/sessions/{sid}/rollout").json()
+        doc = httpx.get(f"{root}/sessions/{sid}/rollout", headers=ADMIN).json()
     turn = doc["turns"][1]
     assert turn["token_in_mode"] == "fallback:tool_choice_forced"
     assert "token_in_fallback" in [f["code"] for f in turn["findings"]]
@@ -140,7 +144,7 @@ def test_completions_path_asks_for_the_room_left_when_the_caller_sets_no_max_tok
             {"role": "user", "content": "More."},
         ]
         client.chat.completions.create(model="any", messages=messages)
-        doc = httpx.get(f"{root}/sessions/{sid}/rollout").json()
+        doc = httpx.get(f"{root}/sessions/{sid}/rollout", headers=ADMIN).json()
     sent = next(r["body"] for r in vllm.request_log if r["path"] == "/v1/completions")
     assert sent["max_tokens"] == vllm.max_model_len - len(sent["prompt"])
     assert doc["turns"][1]["token_in_mode"] == "spliced"
@@ -244,7 +248,7 @@ def two_turns(root: str, *, first_max_tokens: int = 24) -> dict:
         {"role": "user", "content": "More."},
     ]
     client.chat.completions.create(model="any", messages=messages, max_tokens=24)
-    return httpx.get(f"{root}/sessions/{sid}/rollout").json()
+    return httpx.get(f"{root}/sessions/{sid}/rollout", headers=ADMIN).json()
 
 
 def test_no_known_turn_close_falls_back(fake):
@@ -277,6 +281,7 @@ def test_a_failing_tokenize_falls_back_and_the_call_still_answers(fake):
         capture_level=CaptureLevel.TOKENS,
         token_in="auto",
         close_token_id=2,
+        admin_key=ADMIN_KEY,
     )
     upstream = Upstream("http://engine/v1", transport=_FailingTokenize(vllm.app))
     with serve_in_thread(CaptureProxy(config, upstream=upstream).app) as root:

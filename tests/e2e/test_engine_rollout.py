@@ -18,6 +18,8 @@ from tests.fakes.serve import serve_in_thread
 
 pytestmark = pytest.mark.slow
 
+ADMIN_KEY = "e2e-admin-key"  # the control plane always takes one
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 QUESTIONS = ["Name a colour of the sea.", "Why is it that colour?", "Say it in five words."]
 
 
@@ -26,7 +28,12 @@ def certified_proxy(engine_url: str) -> Iterator[str]:
     cert = anyio.run(validate_llm, engine_url)
     assert cert.verdict == "TRAIN", cert.findings
     proxy = CaptureProxy(
-        ProxyConfig(llm_url=engine_url, model=cert.model, capture_level=cert.capture_level)
+        ProxyConfig(
+            llm_url=engine_url,
+            model=cert.model,
+            capture_level=cert.capture_level,
+            admin_key=ADMIN_KEY,
+        )
     )
     with serve_in_thread(proxy.app) as url:
         yield url
@@ -35,7 +42,7 @@ def certified_proxy(engine_url: str) -> Iterator[str]:
 def test_multi_turn_conversation_is_one_trainable_sequence_of_engine_numbers(
     certified_proxy, engine_url
 ):
-    sid = httpx.post(f"{certified_proxy}/sessions").json()["session_id"]
+    sid = httpx.post(f"{certified_proxy}/sessions", headers=ADMIN).json()["session_id"]
     client = openai.OpenAI(base_url=f"{certified_proxy}/v1", api_key=sid, max_retries=0)
     messages: list[dict] = []
     received: list[str] = []
@@ -46,7 +53,7 @@ def test_multi_turn_conversation_is_one_trainable_sequence_of_engine_numbers(
         )
         received.append(reply.choices[0].message.content)
         messages.append({"role": "assistant", "content": received[-1]})
-    doc = httpx.get(f"{certified_proxy}/sessions/{sid}/rollout").json()
+    doc = httpx.get(f"{certified_proxy}/sessions/{sid}/rollout", headers=ADMIN).json()
 
     assert doc["rollout_type"] == "train" and doc["stats"]["turns"] == 3
     assert doc["stats"]["trainable_sequences"] == 1, doc["findings"]

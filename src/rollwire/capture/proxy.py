@@ -2,7 +2,8 @@
 
 Data plane: ``/v1/chat/completions`` and ``/v1/models``; the caller's API key is its capture
 session id, and an unknown key is refused before anything is forwarded (no open relay).
-Control plane: ``/sessions`` (open, list, read, export, close), behind an admin key when set.
+Control plane: ``/sessions`` (open, list, read, export, close), always behind an admin key:
+``ProxyConfig.admin_key``, or one generated when none is given (``CaptureProxy.admin_key``).
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ import contextlib
 import functools
 import logging
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qsl
 
 import anyio
 import orjson
@@ -140,6 +142,52 @@ def _bearer(request: Request) -> str | None:
     return key.strip() if key else None
 
 
+_KEY_HEADERS = (b"x-api-key", b"api-key", b"x-goog-api-key")
+
+
+def _presented_keys(scope: Mapping[str, Any]) -> list[str]:
+    """Every API key a request presents, in any dialect's place (header, bearer, ``?key=``)."""
+    keys = []
+    for name, value in scope.get("headers") or ():
+        name = name.lower()
+        text = value.decode("latin-1").strip()
+        if name == b"authorization":
+            scheme, _, token = text.partition(" ")
+            keys.append(token.strip() if scheme.lower() == "bearer" else text)
+        elif name in _KEY_HEADERS:
+            keys.append(text)
+    for name, value in parse_qsl(scope.get("query_string", b"").decode("latin-1")):
+        if name == "key":
+            keys.append(value.strip())
+    return keys
+
+
+class _SessionPin:
+    """ASGI middleware: pass a request only when every key it presents is the session's."""
+
+    def __init__(self, app: Any, session_id: str) -> None:
+        self.app = app
+        self._key = session_id.encode()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            keys = _presented_keys(scope)
+            if not keys or not all(secrets.compare_digest(k.encode(), self._key) for k in keys):
+                response = _error(
+                    403,
+                    "this endpoint serves one capture session: use its key",
+                    type_="permission_error",
+                    code="session_pinned",
+                )
+                await response(scope, receive, send)
+                return
+        elif scope["type"] == "websocket":  # nothing here speaks it: refused at once
+            await receive()  # websocket.connect
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        await self.app(scope, receive, send)
+
+
 class _TooLarge(Exception):
     pass
 
@@ -242,6 +290,8 @@ class CaptureProxy:
         upstream: Upstream | None = None,
     ) -> None:
         self.config = config
+        # The control plane's key: the configured one, or a fresh one (never an open plane).
+        self.admin_key: str = config.admin_key or secrets.token_urlsafe(32)
         self.sessions = sessions or SessionStore(config.capture_level)
         self._upstream = upstream
         self._owns_upstream = upstream is None
@@ -253,21 +303,37 @@ class CaptureProxy:
             raise ValueError(f"unknown token_in_path {name!r}; known: {sorted(PATHS)}")
         self.token_path: TokenPath | None = PATHS[name] if config.token_in != "off" else None
         self.instance_id = secrets.token_hex(8)
+        # The data plane: what an agent calls. A sandbox reaches these routes only, and only
+        # with its own session's key (session_app).
+        self.data_routes = [
+            Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            *self._dialect_routes(),
+        ]
         self.app = Starlette(
             routes=[
                 Route("/health", self.health, methods=["GET"]),
-                Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
-                Route("/v1/models", self.models, methods=["GET"]),
+                *self.data_routes,
                 Route("/sessions", self.open_session, methods=["POST"]),
                 Route("/sessions", self.list_sessions, methods=["GET"]),
                 Route("/sessions/{session_id}", self.get_session, methods=["GET"]),
                 Route("/sessions/{session_id}", self.close_session, methods=["DELETE"]),
                 Route("/sessions/{session_id}/rollout", self.get_rollout, methods=["GET"]),
-                *self._dialect_routes(),
             ],
             lifespan=self._lifespan,
         )
         self.app.state.proxy = self
+
+    def session_app(self, session_id: str) -> Any:
+        """An ASGI app that serves one capture session's data plane and nothing else.
+
+        The dialect routes and ``/v1/models`` only (no ``/health``, no control plane), and only
+        to a caller whose every presented key is ``session_id``: another session's key, or none,
+        is refused with 403 before any handler runs. What a sandbox's agent is given to reach
+        (:mod:`rollwire.harnesses.harbor.gate`). It has no lifespan: the proxy's own app must be
+        running (its upstream open) while this one serves.
+        """
+        return _SessionPin(Starlette(routes=list(self.data_routes)), session_id)
 
     def _dialect_routes(self) -> list[Route]:
         routes = []
@@ -653,11 +719,8 @@ class CaptureProxy:
     # ---- control plane ----------------------------------------------------------------------
 
     def _admin_or_401(self, request: Request) -> Response | None:
-        key = self.config.admin_key
-        if key is None:
-            return None
         given = _bearer(request) or ""
-        if secrets.compare_digest(given.encode(), key.encode()):
+        if secrets.compare_digest(given.encode(), self.admin_key.encode()):
             return None
         return _error(
             401,

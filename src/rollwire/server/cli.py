@@ -92,8 +92,13 @@ async def _serve_proxy(args: argparse.Namespace) -> None:
         _say(
             f"rollwire proxy on {url} -> {proxy.config.llm_url} (model {model}, tier {level.value}: {verdict})"
         )
+        # The control plane always takes a key: show the one in use when the proxy made it.
+        shown = "<admin key>" if args.admin_key else proxy.admin_key
+        if not args.admin_key:
+            _say(f"  control plane key (generated; --admin-key to set one): {shown}")
         _say(
-            f"  open a session: curl -X POST {url}/sessions ; then use its session_id as the API key"
+            f"  open a session: curl -X POST -H 'Authorization: Bearer {shown}' {url}/sessions ;"
+            " then use its session_id as the API key"
         )
 
 
@@ -340,9 +345,9 @@ def _harbor_agent_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 async def _harbor_rollouts(args: argparse.Namespace) -> int:
     from rollwire.harnesses.harbor.datasets import DatasetError, resolve_dataset
     from rollwire.harnesses.harbor.rollout import run_harbor_rollout
-    from rollwire.harnesses.harbor.sandboxes import available_sandboxes
+    from rollwire.harnesses.harbor.sandboxes import RUNNABLE, available_sandboxes
 
-    if args.sandbox != "local":
+    if args.sandbox not in RUNNABLE:
         known = {s.name: s for s in available_sandboxes()}
         status = known.get(args.sandbox)
         if status is None:
@@ -350,7 +355,7 @@ async def _harbor_rollouts(args: argparse.Namespace) -> int:
         elif not status.available:
             reason = f"unavailable here: {status.reason}"
         else:
-            reason = "available, but rollout runs only the local sandbox so far"
+            reason = "available, but rollout runs only in " + ", ".join(sorted(RUNNABLE))
         _say(f"rollwire rollout: --sandbox {args.sandbox}: {reason}")
         return 2
     try:
@@ -377,6 +382,7 @@ async def _harbor_rollouts(args: argparse.Namespace) -> int:
                 proxy=proxy,
                 reward_key=args.reward_key,
                 agent_kwargs=_harbor_agent_kwargs(args) if needs_llm else None,
+                sandbox=args.sandbox,
             )
             failures += not out.result.ok
             await _write_document(out_dir, out.result.rollout_id, out.document)
@@ -545,6 +551,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         anyio.run(serve_stdio, _server_state(args))
         return 0
     token, admin_key, notes = http_secrets(args.host, args.token, args.admin_key)
+    if admin_key is None and args.llm_url:
+        # /capture/sessions always takes a key: one the operator is told, not one nobody knows.
+        admin_key = secrets.token_urlsafe(32)
+        notes.append(f"generated capture control-plane admin key: {admin_key}")
     for note in notes:
         _say(f"rollwire serve: {note}")
     anyio.run(_serve_mcp_http, args, token, admin_key)
@@ -594,7 +604,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--port", type=int, default=DEFAULT_PROXY_PORT, help=f"port (default {DEFAULT_PROXY_PORT})"
     )
     p.add_argument(
-        "--admin-key", help="bearer key for the /sessions control routes (required off loopback)"
+        "--admin-key",
+        help="bearer key for the /sessions control routes (required off loopback; on loopback "
+        "one is generated and printed when not given)",
     )
     p.add_argument(
         "--max-body-mb", type=float, default=8.0, help="largest request body accepted (default 8)"
@@ -752,7 +764,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="Harbor agent harness (terminus-2, oracle, nop, module:Class)",
     )
     r.add_argument(
-        "--sandbox", default="local", help="Harbor sandbox (default local: bubblewrap, no Docker)"
+        "--sandbox",
+        default="local",
+        help="Harbor sandbox: local (default: bubblewrap, no Docker) or docker (the task's image "
+        "on a Docker daemon, $DOCKER_HOST or the default socket)",
     )
     r.add_argument("--reward-key", help="which key of a multi-key reward.json is the reward")
     r.add_argument(
@@ -837,7 +852,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument(
         "--admin-key",
         help="admin key of the capture proxies' control plane (default: --token; generated "
-        "off loopback)",
+        "and printed off loopback or with --llm-url)",
     )
     _endpoint_args(m, required=False)
     m.add_argument(
@@ -850,6 +865,9 @@ def build_parser() -> argparse.ArgumentParser:
     from rollwire.server.collect_cli import add_commands
 
     add_commands(sub, _endpoint_args)
+    from rollwire.server import images_cli
+
+    images_cli.add_commands(sub)
     return parser
 
 

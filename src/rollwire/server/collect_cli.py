@@ -224,7 +224,7 @@ def add_commands(sub: Any, endpoint_args: Any) -> None:
     c.add_argument("-n", type=int, required=True, help="episodes in all")
     c.add_argument("--group-size", type=int, default=1, help="samples per task instance (GRPO)")
     c.add_argument("--harness", help="Harbor tasks: terminus-2 (default), oracle, nop")
-    c.add_argument("--sandbox", help="Harbor tasks: local (default)")
+    c.add_argument("--sandbox", help="Harbor tasks: local (default) or docker")
     c.add_argument("--concurrency", type=int, default=4, help="rollouts at once (default 4)")
     c.add_argument("--out", required=True, help="the collection directory")
     c.add_argument("--no-resume", action="store_true", help="refuse an --out that holds data")

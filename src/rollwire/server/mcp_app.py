@@ -265,7 +265,7 @@ def build_server(state: ServerState | None = None) -> MCPServer:
         task: a reference from list_tasks: 'family:name' (an env task, run by rollwire's own
         tool loop) or 'harbor:<dataset>#<task name>' (a Harbor task).
         harness: Harbor tasks only: terminus-2 (default; calls the model), oracle or nop (no
-        model); see the info tool. sandbox: Harbor tasks only: 'local' (default).
+        model); see the info tool. sandbox: Harbor tasks only: 'local' (default; bubblewrap) or 'docker' (the task's image on the server's Docker daemon).
         llm: the engine: its OpenAI base URL, or {url, model, api_key}; llm_url/model/api_key
         are the same as flat fields; omitted, the server's --llm-url. Certified once per
         endpoint; every model call is captured through a proxy.

@@ -299,20 +299,23 @@ def _check_harness(name: str) -> None:
 
 
 def _check_sandbox(name: str) -> None:
-    from rollwire.harnesses.harbor.sandboxes import available_sandboxes
+    from rollwire.harnesses.harbor.sandboxes import RUNNABLE, available_sandboxes
 
-    if name == LOCAL_SANDBOX:
-        return
-    known = {s.name: s for s in available_sandboxes()}
-    status = known.get(name)
-    if status is None:
-        reason = "unknown sandbox"
-    elif not status.available:
-        reason = f"not available here ({status.reason})"
+    if name in RUNNABLE:
+        problem = RUNNABLE[name][1]({})
+        if problem is None:
+            return
+        reason = f"not available here ({problem})"
     else:
-        reason = "available, but rollouts run in the local sandbox only so far"
+        status = {s.name: s for s in available_sandboxes()}.get(name)
+        if status is None:
+            reason = "unknown sandbox"
+        elif not status.available:
+            reason = f"not available here ({status.reason})"
+        else:
+            reason = "available, but rollouts run only in " + ", ".join(sorted(RUNNABLE))
     raise RolloutArgumentError(
-        f"sandbox: {name!r}: {reason}; accepted: [{LOCAL_SANDBOX!r}] (see the info tool)"
+        f"sandbox: {name!r}: {reason}; accepted: {sorted(RUNNABLE)} (see the info tool)"
     )
 
 
@@ -530,6 +533,7 @@ async def execute(
         max_model_calls=req.limits.max_model_calls,
         rollout_id=rollout_id,
         include_sequences=req.include_tokens,
+        sandbox=p.sandbox,
     )
     result = harbor_out.result.model_copy(update={"task": req.task, "seed": p.seed})
     return result, harbor_out.document

@@ -8,7 +8,7 @@ import httpx
 import openai
 import pytest
 
-from tests.capture.conftest import start_proxy
+from tests.capture.conftest import ADMIN, start_proxy
 from tests.capture.dialects.test_responses import codex_conversation
 
 
@@ -17,10 +17,10 @@ def test_a_codex_conversation_through_a_rerendering_template(upstream, token_in)
     upstream.fake.behavior.update(tool_call_every_turn=True, drop_tool_calls_in_history=True)
     _, server = start_proxy(f"{upstream.url}/v1", token_in=token_in)
     with server as url:
-        sid = httpx.post(f"{url}/sessions").json()["session_id"]
+        sid = httpx.post(f"{url}/sessions", headers=ADMIN).json()["session_id"]
         client = openai.OpenAI(base_url=f"{url}/v1", api_key=sid, max_retries=0)
         kinds = codex_conversation(client)
-        doc = httpx.get(f"{url}/sessions/{sid}/rollout").json()
+        doc = httpx.get(f"{url}/sessions/{sid}/rollout", headers=ADMIN).json()
     assert kinds == [["function_call"], ["message"], ["function_call"], ["message"]]
     stats = doc["stats"]
     if token_in == "off":

@@ -59,6 +59,7 @@ from rollwire.harnesses.harbor.dockerfile import (
     make_dir,
     plan_dockerfile,
 )
+from rollwire.harnesses.harbor.gate import Gate, lookup
 
 TYPE = "local"
 INSTALL_HINT = "apt-get install bubblewrap"
@@ -220,7 +221,8 @@ class LocalEnvironment(BaseEnvironment):
     network unless the task asks for none), ``bwrap`` (path of the binary), ``sandbox_dir``
     (where per-trial roots are made; default ``$ROLLWIRE_SANDBOX_DIR`` or the system temp dir),
     ``max_output_bytes`` (per stream and exec; the tail is kept), ``owner`` (a label
-    :func:`settled` waits on).
+    :func:`settled` waits on), ``gate`` (the key of an open :mod:`~rollwire.harnesses.harbor.gate`:
+    the sandbox's only way out, its capture session's data plane on ``127.0.0.1:<port>``).
     """
 
     def __init__(
@@ -236,9 +238,16 @@ class LocalEnvironment(BaseEnvironment):
         sandbox_dir: str | Path | None = None,
         max_output_bytes: int = 16 * 1024 * 1024,
         owner: str | None = None,
+        gate: str | None = None,
         **kwargs: Any,
     ):
         self._owner = owner  # who waits for this sandbox to be gone (see `settled`)
+        self._gate_key = gate  # the open gate (rollwire.harnesses.harbor.gate) to serve inside
+        self._gate: Gate | None = None
+        if gate is not None and network:
+            raise ValueError(
+                "a gated sandbox has no network but its gate: pass network=False with gate"
+            )
         # Set before the base constructor: it reads capabilities and validates the definition.
         self._bwrap = bwrap_path(bwrap)
         self._allow_network = bool(network)
@@ -366,6 +375,10 @@ class LocalEnvironment(BaseEnvironment):
             fs = self._base / "fs"
             await asyncio.to_thread(self._build_root, fs)
             await self._start_holder(fs)
+            if self._gate_key is not None:
+                assert self._init_pid is not None
+                self._gate = lookup(self._gate_key)
+                await self._gate.attach(self._init_pid)
         except BaseException:
             await self._teardown(delete=True)
             raise
@@ -447,6 +460,9 @@ class LocalEnvironment(BaseEnvironment):
 
     async def _teardown_now(self, *, delete: bool) -> None:
         self._stopped = True
+        if self._gate is not None:
+            await self._gate.detach()
+            self._gate = None
         if self._init_pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self._init_pid, signal.SIGKILL)  # pid 1 of the namespace: all die

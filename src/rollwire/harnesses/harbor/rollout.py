@@ -40,10 +40,11 @@ from rollwire.capture.proxy import CaptureProxy
 from rollwire.capture.session import CaptureSession
 from rollwire.harnesses.harbor.atif import AtifReport, CapturedCall, reconcile
 from rollwire.harnesses.harbor.datasets import TaskEntry
-from rollwire.harnesses.harbor.local import TYPE, sandbox_problem, settled
+from rollwire.harnesses.harbor.gate import gate_host
+from rollwire.harnesses.harbor.local import settled
+from rollwire.harnesses.harbor.sandboxes import runnable_sandbox
 from rollwire.harnesses.harbor.seams import Endpoint, Seam, environ_scope, get_seam
 from rollwire.harnesses.harbor.trial import (
-    LOCAL_IMPORT_PATH,
     TRIALS_DIR_ENV,
     TrialOutcome,
     _default_trials_dir,
@@ -126,6 +127,7 @@ async def run_harbor_rollout(
     max_model_calls: int | None = None,
     rollout_id: str | None = None,
     include_sequences: bool = False,
+    sandbox: str = "local",
 ) -> HarborRollout:
     """Run one trial of ``task`` (an entry or a task directory) with ``harness``; never raises.
 
@@ -133,12 +135,13 @@ async def run_harbor_rollout(
     by every harness that calls a model. ``proxy_url`` is where the caller already serves it;
     otherwise a host-side harness gets a loopback server for this rollout. ``llm_model`` is the
     name the agent asks for (the proxy substitutes the served model). ``agent_kwargs`` override
-    the seam's ``AgentConfig.kwargs`` (e.g. ``max_turns``, ``llm_call_kwargs``).
+    the seam's ``AgentConfig.kwargs`` (e.g. ``max_turns``, ``llm_call_kwargs``). ``sandbox``:
+    ``local`` (bubblewrap) or ``docker`` (the task's image on a Docker daemon).
     """
     start = time.perf_counter()
     rollout_id = rollout_id or uuid.uuid4().hex
     label = task.id if isinstance(task, TaskEntry) else str(task)
-    common: dict[str, Any] = {"rollout_id": rollout_id, "task": label, "sandbox": TYPE}
+    common: dict[str, Any] = {"rollout_id": rollout_id, "task": label, "sandbox": sandbox}
 
     def refused(error: str, harness_name: str = harness) -> HarborRollout:
         result = summarise(
@@ -170,11 +173,15 @@ async def run_harbor_rollout(
                 seam.name,
             )
     sandbox_kwargs = {
-        "network": seam.sandbox_network,
+        "network": False,  # an agent in the sandbox reaches its session through a gate only
         "owner": rollout_id,
         **(environment_kwargs or {}),
     }
-    problem = await anyio.to_thread.run_sync(sandbox_problem, sandbox_kwargs.get("bwrap"))
+    try:
+        import_path, sandbox_check = runnable_sandbox(sandbox)
+    except ValueError as exc:
+        return refused(f"ValueError: {exc}", seam.name)
+    problem = await anyio.to_thread.run_sync(sandbox_check, sandbox_kwargs)
     if problem is not None:
         return refused(f"SandboxUnavailableError: {problem}", seam.name)
 
@@ -190,11 +197,22 @@ async def run_harbor_rollout(
     try:
         async with contextlib.AsyncExitStack() as stack:
             endpoint: Endpoint | None = None
-            if capture is not None:
+            if capture is not None and seam.sandbox_network:
+                # The agent calls from inside the sandbox: its one way out is a gate serving its
+                # own session's data plane in the sandbox's network namespace.
+                assert proxy is not None
+                gate = await stack.enter_async_context(
+                    gate_host(rollout_id, proxy.session_app(capture.session_id))
+                )
+                sandbox_kwargs["gate"] = rollout_id
+                url = gate.url
+            elif capture is not None:
                 assert proxy is not None
                 url = proxy_url
                 if url is None:
                     url = await stack.enter_async_context(serve_proxy(proxy))
+            if capture is not None:
+                assert proxy is not None
                 endpoint = Endpoint(
                     url=url,
                     api_key=capture.session_id,
@@ -209,6 +227,7 @@ async def run_harbor_rollout(
                 trials_dir=trials_dir,
                 agent_kwargs=agent_kwargs,
                 environment_kwargs=sandbox_kwargs,
+                import_path=import_path,
                 agent_timeout_sec=agent_timeout_sec,
                 verifier_timeout_sec=verifier_timeout_sec,
             )
@@ -254,6 +273,7 @@ async def _run_trial(
     trials_dir: str | Path | None,
     agent_kwargs: dict[str, Any] | None,
     environment_kwargs: dict[str, Any],
+    import_path: str,
     agent_timeout_sec: float | None,
     verifier_timeout_sec: float | None,
 ) -> TrialOutcome:
@@ -267,7 +287,7 @@ async def _run_trial(
             task=TaskConfig(path=path),
             trials_dir=root,
             agent=seam.agent_config(endpoint, kwargs=agent_kwargs, timeout_sec=agent_timeout_sec),
-            environment=EnvironmentConfig(import_path=LOCAL_IMPORT_PATH, kwargs=environment_kwargs),
+            environment=EnvironmentConfig(import_path=import_path, kwargs=environment_kwargs),
             verifier=VerifierConfig(override_timeout_sec=verifier_timeout_sec),
         )
         trial_dir = root / config.trial_name

@@ -49,6 +49,8 @@ from rollwire.harnesses.harbor.local import TYPE as LOCAL
 from rollwire.harnesses.harbor.local import sandbox_problem
 
 LOCAL_IMPORT_PATH = "rollwire.harnesses.harbor.local:LocalEnvironment"
+# rollwire's own docker environment (the Engine API; Harbor's drives `docker compose` v2).
+DOCKER_IMPORT_PATH = "rollwire.harnesses.harbor.docker:DockerEnvironment"
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
 DOCKER_PING_TIMEOUT_SEC = 0.25
 _NO_LIVE_CHECK = "no live check was run: the first sandbox start is the real test"
@@ -423,15 +425,12 @@ def _docker_daemon() -> tuple[_Verdict, str]:
 
 
 def _docker() -> _Verdict:
-    verdict, endpoint = _docker_daemon()
-    if not verdict.ok:
-        return verdict
-    if _compose_plugin() is None:
-        return _Verdict(
-            False,
-            f"the Docker daemon answers at {endpoint}, but the compose plugin Harbor runs "
-            "(`docker compose`) is not installed",
-        )
+    """A daemon that answers: rollwire's docker sandbox speaks its API (no CLI, no compose)."""
+    endpoint, source = docker_endpoint()
+    where = urlsplit(endpoint).path if endpoint.startswith("unix://") else endpoint
+    body, detail = docker_request(endpoint)
+    if body is None:
+        return _Verdict(False, f"no Docker daemon answers at {where} ({source}: {detail})")
     return _Verdict(True, None, live=True)
 
 
@@ -459,7 +458,7 @@ def _kata() -> _Verdict:
 # newer Harbor) is still listed, and reported unavailable: rollwire has no check for it.
 _BACKENDS: dict[str, _Backend] = {
     "apple-container": _Backend("vm", check=_apple_container),
-    "docker": _Backend("container", check=_docker),
+    "docker": _Backend("container", ("docker",), "harbor", check=_docker),
     "sbx": _Backend("vm", extra="sbx", check=_sbx),
     "podman": _Backend("container", check=_podman),
     "daytona": _Backend("cloud", ("daytona",), "daytona", harbor_preflight=True),
@@ -552,6 +551,8 @@ def sandbox_import_path(name: str) -> str:
     name = str(getattr(name, "value", name))
     if name == LOCAL:
         return LOCAL_IMPORT_PATH
+    if name == "docker":
+        return DOCKER_IMPORT_PATH
     if ":" in name:
         return name
     names, paths, problem = _harbor_registry()
@@ -671,6 +672,8 @@ def available_sandboxes(
         name = str(getattr(raw, "value", raw))
         if name == LOCAL:
             out.append(_status(name, LOCAL_IMPORT_PATH, _LOCAL, bwrap))
+        elif name == "docker":
+            out.append(_status(name, DOCKER_IMPORT_PATH, _BACKENDS.get(name), bwrap))
         elif name in paths:
             out.append(_status(name, paths[name], _BACKENDS.get(name), bwrap))
         else:
@@ -693,3 +696,34 @@ def format_sandboxes(statuses: Iterable[SandboxStatus]) -> str:
             f"{'yes' if s.live_checked else 'no'} | {reason} |"
         )
     return "\n".join(lines)
+
+
+# --- the sandboxes rollouts run in ------------------------------------------------------------
+
+
+def _local_problem(environment_kwargs: dict[str, Any]) -> str | None:
+    return sandbox_problem(environment_kwargs.get("bwrap"))
+
+
+def _docker_problem(environment_kwargs: dict[str, Any]) -> str | None:
+    from rollwire.harnesses.harbor.docker import docker_problem
+
+    return docker_problem(environment_kwargs.get("docker_host"))
+
+
+# name -> (the environment class, why it cannot run here given the environment kwargs)
+RUNNABLE: dict[str, tuple[str, Callable[[dict[str, Any]], str | None]]] = {
+    LOCAL: (LOCAL_IMPORT_PATH, _local_problem),
+    "docker": (DOCKER_IMPORT_PATH, _docker_problem),
+}
+
+
+def runnable_sandbox(name: str) -> tuple[str, Callable[[dict[str, Any]], str | None]]:
+    """The import path and problem check of a sandbox rollouts run in; ValueError otherwise."""
+    entry = RUNNABLE.get(name)
+    if entry is None:
+        raise ValueError(
+            f"sandbox {name!r}: rollouts run in {', '.join(sorted(RUNNABLE))} "
+            "(every other Harbor backend is listed by `rollwire info`)"
+        )
+    return entry

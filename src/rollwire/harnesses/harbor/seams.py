@@ -94,7 +94,9 @@ class Seam:
     config_fields: tuple[str, ...] = ()  # AgentConfig fields that carry the URL and key instead
     base_url_suffix: str = "/v1"  # what follows the proxy root in the agent's base URL
     reads_environ: bool = False  # reads os.environ at run time: rollouts are serialised
-    sandbox_network: bool = False  # must reach the host's loopback proxy from the sandbox
+    # Calls the model from inside the sandbox: it gets a gate (rollwire.harnesses.harbor.gate),
+    # its session's data plane in the sandbox's own network, and no other way out.
+    sandbox_network: bool = False
     host_tools: tuple[str, ...] = ()  # executables the sandbox needs (it mounts the host's /usr)
     validated: bool = False  # run end to end by rollwire's tests
     unavailable: str | None = None  # a reason that holds whatever is installed
@@ -218,8 +220,8 @@ def import_agent_class(path: str) -> type:
 
 _UNSERVED = "speaks the {dialect} dialect, which rollwire's proxy does not serve"
 _INSTALLED_NOTE = (
-    "installed inside the sandbox at setup (needs network for its installer) and reaches the "
-    "proxy over the host's loopback (local sandbox with network on); not run end to end here"
+    "installed inside the sandbox at setup and reaches the proxy through the sandbox's gate "
+    "(its capture session's data plane on the sandbox's loopback; no other network)"
 )
 
 

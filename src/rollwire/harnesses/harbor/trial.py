@@ -1,15 +1,17 @@
-"""One Harbor trial in the local sandbox, run programmatically, as a small typed result.
+"""One Harbor trial in a rollwire sandbox, run programmatically, as a small typed result.
 
 ``run_trial`` builds Harbor's ``TrialConfig`` (the task directory, the ``oracle`` or ``nop``
-agent, the local sandbox by import path), runs ``Trial.create(config)`` then ``trial.run()``,
-and turns Harbor's ``TrialResult`` into a :class:`TrialOutcome`. It never raises for a task,
-sandbox or verifier problem: those are results (cancellation still propagates, after Harbor
-has torn the sandbox down). ``reward`` is None when the verifier never ran, which is not 0.0.
+agent, the sandbox by import path: the local one unless ``import_path`` names another), runs
+``Trial.create(config)`` then ``trial.run()``, and turns Harbor's ``TrialResult`` into a
+:class:`TrialOutcome`. It never raises for a task, sandbox or verifier problem: those are results
+(cancellation still propagates, after Harbor has torn the sandbox down). ``reward`` is None when
+the verifier never ran, which is not 0.0.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import tempfile
 import time
@@ -26,6 +28,7 @@ from harbor.models.trial.config import (
 )
 from harbor.models.trial.result import TimingInfo, TrialResult
 from harbor.trial.trial import Trial
+from harbor.utils.import_path import import_symbol
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollwire.harnesses.harbor.datasets import TaskEntry
@@ -75,8 +78,13 @@ async def run_trial(
     environment_kwargs: dict[str, Any] | None = None,
     agent_timeout_sec: float | None = None,
     verifier_timeout_sec: float | None = None,
+    import_path: str = LOCAL_IMPORT_PATH,
 ) -> TrialOutcome:
     """Run one trial of ``task`` (an entry or a task directory) with ``oracle`` or ``nop``.
+
+    ``import_path`` is the sandbox's ``module:Class`` (default: the local sandbox; e.g.
+    ``rollwire.harnesses.harbor.docker:DockerEnvironment``); its preflight runs first with the
+    ``environment_kwargs`` it takes, and a failing one is the outcome's error.
 
     ``trials_dir`` (default ``$ROLLWIRE_TRIALS_DIR`` or ``<tmp>/rollwire-trials``) keeps Harbor's
     trial directory: ``result.json``, ``agent/``, ``verifier/`` (reward.txt / reward.json).
@@ -85,11 +93,13 @@ async def run_trial(
     start = time.perf_counter()
     label = task.id if isinstance(task, TaskEntry) else str(task)
     path = Path(task.path if isinstance(task, TaskEntry) else task)
+    sandbox = TYPE  # the sandbox's type name, once its preflight has named it
 
     def failed(error: str, exception_type: str | None, **fields: Any) -> TrialOutcome:
         return TrialOutcome(
             task=label,
             agent=agent,
+            sandbox=sandbox,
             reward_key=reward_key,
             error=error,
             exception_type=exception_type,
@@ -102,7 +112,7 @@ async def run_trial(
     kwargs = {"network": network, **(environment_kwargs or {})}
     trial_dir: Path | None = None
     try:
-        problem = await asyncio.to_thread(sandbox_problem, kwargs.get("bwrap"))
+        problem, sandbox = await asyncio.to_thread(_preflight, import_path, kwargs)
         if problem is not None:
             return failed(problem, "SandboxUnavailableError")
         root = Path(trials_dir or os.environ.get(TRIALS_DIR_ENV) or _default_trials_dir())
@@ -111,13 +121,14 @@ async def run_trial(
             trials_dir=root,
             trial_name=trial_name or "",
             agent=AgentConfig(name=agent, override_timeout_sec=agent_timeout_sec),
-            environment=EnvironmentConfig(import_path=LOCAL_IMPORT_PATH, kwargs=kwargs),
+            environment=EnvironmentConfig(import_path=import_path, kwargs=kwargs),
             verifier=VerifierConfig(override_timeout_sec=verifier_timeout_sec),
         )
         trial_dir = root / config.trial_name
         trial = await Trial.create(config)
         result = await trial.run()
-        return _outcome(result, label, agent, reward_key, trial_dir, time.perf_counter() - start)
+        outcome = _outcome(result, label, agent, reward_key, trial_dir, time.perf_counter() - start)
+        return outcome.model_copy(update={"sandbox": sandbox})
     except Exception as exc:  # cancellation is not an Exception: it propagates
         return failed(
             f"{type(exc).__name__}: {exc}",
@@ -125,6 +136,20 @@ async def run_trial(
             trial_dir=trial_dir if trial_dir is not None and trial_dir.exists() else None,
             trial_name=trial_dir.name if trial_dir is not None else None,
         )
+
+
+def _preflight(import_path: str, kwargs: dict[str, Any]) -> tuple[str | None, str]:
+    """(why the sandbox cannot run here or None, its type name), by its preflight."""
+    if import_path == LOCAL_IMPORT_PATH:
+        return sandbox_problem(kwargs.get("bwrap")), TYPE
+    cls = import_symbol(import_path)
+    name = str(getattr(cls.type(), "value", cls.type()))
+    accepted = inspect.signature(cls.preflight).parameters
+    try:
+        cls.preflight(**{k: v for k, v in kwargs.items() if k in accepted})
+    except SystemExit as exc:
+        return str(exc.code), name
+    return None, name
 
 
 def rewards_to_reward(

@@ -1,0 +1,155 @@
+"""``--sandbox docker`` as a user runs it, and the gate in a container.
+
+A task of the kind real Harbor datasets hold (its Dockerfile runs ``RUN``, sets ``ENV`` and
+``WORKDIR`` and switches to a non-root ``USER``) through ``rollwire rollout`` as a subprocess:
+oracle 1.0 and nop 0.0 under ``--sandbox docker``, and a refusal naming ``RUN`` under ``local``.
+Then the probe agent from inside a container: its own session through the gate, nothing else.
+Real daemon (``DOCKER_HOST``, as ``.ci/docker`` starts it), real Harbor trials.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from rollwire.capture.proxy import CaptureProxy, ProxyConfig
+from rollwire.capture.rollout import CaptureLevel
+from rollwire.capture.upstream import Upstream
+from rollwire.harnesses.harbor import seams
+from rollwire.harnesses.harbor.docker import docker_problem
+from rollwire.harnesses.harbor.rollout import run_harbor_rollout, serve_proxy
+from tests.fakes.serve import serve_in_thread
+from tests.fakes.vllm import DEFAULT_MODEL, FakeVLLM
+from tests.harbor.helpers import make_task
+from tests.harbor.probe_agent import read_probe
+
+pytestmark = [pytest.mark.slow, pytest.mark.docker]
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = """\
+FROM debian:bookworm-slim
+RUN useradd --create-home --uid 1500 worker && mkdir -p /work/data \\
+ && printf '3\\n4\\n5\\n' > /work/data/numbers.txt && chown -R worker /work
+ENV DATA_FILE=/work/data/numbers.txt
+WORKDIR /work
+USER worker
+"""
+SOLVE = 'test "$(id -un)" = worker && awk \'{s+=$1} END {print s}\' "$DATA_FILE" > /work/sum.txt\n'
+TEST = (
+    'if [ "$(cat /work/sum.txt 2>/dev/null)" = 12 ]; then echo 1; else echo 0; fi'
+    " > /logs/verifier/reward.txt\n"
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def daemon() -> None:
+    problem = docker_problem()
+    if problem is not None:
+        pytest.fail(f"the docker rollout tests need a Docker daemon: {problem}", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("held-out")
+    make_task(
+        root,
+        "sum-as-worker",
+        dockerfile=DOCKERFILE,
+        solve=SOLVE,
+        test=TEST,
+        instruction="Write the sum of the numbers in $DATA_FILE to /work/sum.txt.\n",
+    )
+    return root
+
+
+def rollwire(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "rollwire", *args],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+        env={**os.environ, "HARBOR_TELEMETRY": "0"},
+    )
+
+
+@pytest.mark.parametrize(("harness", "reward"), [("oracle", 1.0), ("nop", 0.0)])
+def test_a_dockerfile_task_scores_under_the_docker_sandbox(dataset, harness, reward):
+    done = rollwire(
+        "rollout", "--dataset", str(dataset), "--task", "sum-as-worker",
+        "--harness", harness, "--sandbox", "docker", "--json",
+    )  # fmt: skip
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["ok"], (result["error"], done.stderr[-2000:])
+    assert result["reward"] == reward and result["sandbox"] == "docker"
+
+
+def test_the_same_task_is_refused_under_local_naming_run(dataset):
+    done = rollwire(
+        "rollout", "--dataset", str(dataset), "--task", "sum-as-worker",
+        "--harness", "oracle", "--sandbox", "local", "--json",
+    )  # fmt: skip
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert not result["ok"] and result["reward"] is None
+    assert "RUN" in result["error"], result["error"]
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeVLLM]:
+    vllm = FakeVLLM()
+    with serve_in_thread(vllm.app) as url:
+        vllm.url = url  # type: ignore[attr-defined]
+        yield vllm
+
+
+@pytest.fixture
+async def proxy(fake) -> AsyncIterator[CaptureProxy]:
+    fake.reset()
+    upstream = Upstream(fake.url)
+    config = ProxyConfig(llm_url=fake.url, model=DEFAULT_MODEL, capture_level=CaptureLevel.TOKENS)
+    try:
+        yield CaptureProxy(config, upstream=upstream)
+    finally:
+        await upstream.aclose()
+
+
+@pytest.mark.anyio
+async def test_an_agent_in_a_container_reaches_its_session_and_nothing_else(
+    proxy, fake, dataset, monkeypatch, tmp_path
+):
+    probe = dataclasses.replace(
+        seams.import_path_seam("tests.harbor.probe_agent:ProbeAgent"),
+        name="probe",
+        sandbox_network=True,
+    )
+    monkeypatch.setitem(seams.SEAMS, "probe", probe)
+    other = proxy.sessions.open().session_id
+    async with serve_proxy(proxy) as proxy_url:
+        engine_port = int(fake.url.rsplit(":", 1)[1].split("/")[0])
+        proxy_port = int(proxy_url.rsplit(":", 1)[1])
+        targets = {"engine": f"127.0.0.1:{engine_port}", "host_proxy": f"127.0.0.1:{proxy_port}"}
+        out = await run_harbor_rollout(
+            dataset / "sum-as-worker",
+            harness="probe",
+            proxy=proxy,
+            sandbox="docker",
+            trials_dir=tmp_path / "trials",
+            agent_kwargs={"targets": targets, "other_key": other},
+        )
+    assert out.trial_dir is not None, out.result.error
+    report = read_probe((out.trial_dir / "agent" / "probe.txt").read_text())
+    assert report["own_chat"] == "200" and report["own_models"] == "200", report
+    assert report["other_key_chat"] == "403" and report["no_key_models"] == "403", report
+    assert report["gate_sessions"] == "404" and report["gate_health"] == "404", report
+    assert report["internet"] == "refused" and report["dns"] == "none", report
+    for name in targets:
+        assert report[name] == "refused", (name, report)
+    assert out.result.sandbox == "docker"
+    assert out.document is not None and out.document.stats.turns == 1
