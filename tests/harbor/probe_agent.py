@@ -94,3 +94,31 @@ def read_probe(text: str) -> dict[str, str]:
         if sep:
             out[name.strip()] = value.strip()
     return out
+
+
+def probe_seam() -> Any:
+    """The probe as an in-sandbox harness: it gets a gate, like claude-code or codex."""
+    import dataclasses
+
+    from rollwire.harnesses.harbor.seams import import_path_seam
+
+    seam = import_path_seam("tests.harbor.probe_agent:ProbeAgent")
+    return dataclasses.replace(seam, name="probe", sandbox_network=True)
+
+
+def host_targets(engine_url: str, proxy_url: str) -> dict[str, str]:
+    """The engine's and the host-side proxy's loopback ports, as probe targets."""
+    return {
+        "engine": "127.0.0.1:" + urlsplit(engine_url).netloc.rsplit(":", 1)[1],
+        "host_proxy": "127.0.0.1:" + urlsplit(proxy_url).netloc.rsplit(":", 1)[1],
+    }
+
+
+def assert_only_its_own_session(report: dict[str, str], targets: dict[str, str]) -> None:
+    """The gate answered the agent's own session and nothing else was reachable."""
+    assert report["own_chat"] == "200" and report["own_models"] == "200", report
+    assert report["other_key_chat"] == "403" and report["no_key_models"] == "403", report
+    assert report["gate_sessions"] == "404" and report["gate_health"] == "404", report
+    assert report["internet"] == "refused" and report["dns"] == "none", report
+    for name in targets:
+        assert report[name] == "refused", (name, report)

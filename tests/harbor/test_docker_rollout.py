@@ -9,26 +9,24 @@ Real daemon (``DOCKER_HOST``, as ``.ci/docker`` starts it), real Harbor trials.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
-from rollwire.capture.proxy import CaptureProxy, ProxyConfig
-from rollwire.capture.rollout import CaptureLevel
-from rollwire.capture.upstream import Upstream
 from rollwire.harnesses.harbor import seams
 from rollwire.harnesses.harbor.docker import docker_problem
 from rollwire.harnesses.harbor.rollout import run_harbor_rollout, serve_proxy
-from tests.fakes.serve import serve_in_thread
-from tests.fakes.vllm import DEFAULT_MODEL, FakeVLLM
 from tests.harbor.helpers import make_task
-from tests.harbor.probe_agent import read_probe
+from tests.harbor.probe_agent import (
+    assert_only_its_own_session,
+    host_targets,
+    probe_seam,
+    read_probe,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
 
@@ -101,40 +99,14 @@ def test_the_same_task_is_refused_under_local_naming_run(dataset):
     assert "RUN" in result["error"], result["error"]
 
 
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeVLLM]:
-    vllm = FakeVLLM()
-    with serve_in_thread(vllm.app) as url:
-        vllm.url = url  # type: ignore[attr-defined]
-        yield vllm
-
-
-@pytest.fixture
-async def proxy(fake) -> AsyncIterator[CaptureProxy]:
-    fake.reset()
-    upstream = Upstream(fake.url)
-    config = ProxyConfig(llm_url=fake.url, model=DEFAULT_MODEL, capture_level=CaptureLevel.TOKENS)
-    try:
-        yield CaptureProxy(config, upstream=upstream)
-    finally:
-        await upstream.aclose()
-
-
 @pytest.mark.anyio
 async def test_an_agent_in_a_container_reaches_its_session_and_nothing_else(
     proxy, fake, dataset, monkeypatch, tmp_path
 ):
-    probe = dataclasses.replace(
-        seams.import_path_seam("tests.harbor.probe_agent:ProbeAgent"),
-        name="probe",
-        sandbox_network=True,
-    )
-    monkeypatch.setitem(seams.SEAMS, "probe", probe)
+    monkeypatch.setitem(seams.SEAMS, "probe", probe_seam())
     other = proxy.sessions.open().session_id
     async with serve_proxy(proxy) as proxy_url:
-        engine_port = int(fake.url.rsplit(":", 1)[1].split("/")[0])
-        proxy_port = int(proxy_url.rsplit(":", 1)[1])
-        targets = {"engine": f"127.0.0.1:{engine_port}", "host_proxy": f"127.0.0.1:{proxy_port}"}
+        targets = host_targets(fake.url, proxy_url)
         out = await run_harbor_rollout(
             dataset / "sum-as-worker",
             harness="probe",
@@ -145,11 +117,7 @@ async def test_an_agent_in_a_container_reaches_its_session_and_nothing_else(
         )
     assert out.trial_dir is not None, out.result.error
     report = read_probe((out.trial_dir / "agent" / "probe.txt").read_text())
-    assert report["own_chat"] == "200" and report["own_models"] == "200", report
-    assert report["other_key_chat"] == "403" and report["no_key_models"] == "403", report
-    assert report["gate_sessions"] == "404" and report["gate_health"] == "404", report
-    assert report["internet"] == "refused" and report["dns"] == "none", report
-    for name in targets:
-        assert report[name] == "refused", (name, report)
+    assert_only_its_own_session(report, targets)
+    assert proxy.sessions.get(other).n_calls == 0
     assert out.result.sandbox == "docker"
     assert out.document is not None and out.document.stats.turns == 1

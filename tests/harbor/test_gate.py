@@ -7,7 +7,6 @@ OpenAI and Anthropic SDKs as clients.
 
 from __future__ import annotations
 
-import dataclasses
 import socket
 import subprocess
 import sys
@@ -20,41 +19,21 @@ import anyio
 import openai
 import pytest
 
-from rollwire.capture.proxy import CaptureProxy, ProxyConfig
-from rollwire.capture.rollout import CaptureLevel
-from rollwire.capture.upstream import Upstream
 from rollwire.harnesses.harbor import seams
 from rollwire.harnesses.harbor.datasets import resolve_dataset
 from rollwire.harnesses.harbor.gate import GateError, gate_host, listen_in_netns
 from rollwire.harnesses.harbor.rollout import run_harbor_rollout, serve_proxy
 from rollwire.server.serving import bind, serving, url_of
-from tests.fakes.serve import serve_in_thread
-from tests.fakes.vllm import DEFAULT_MODEL, FakeVLLM
+from tests.fakes.vllm import DEFAULT_MODEL
 from tests.harbor.helpers import EXAMPLES
-from tests.harbor.probe_agent import read_probe
+from tests.harbor.probe_agent import (
+    assert_only_its_own_session,
+    host_targets,
+    probe_seam,
+    read_probe,
+)
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeVLLM]:
-    vllm = FakeVLLM()
-    with serve_in_thread(vllm.app) as url:
-        vllm.url = url  # type: ignore[attr-defined]
-        yield vllm
-
-
-@pytest.fixture
-async def proxy(fake) -> AsyncIterator[CaptureProxy]:
-    fake.reset()
-    upstream = Upstream(fake.url)
-    config = ProxyConfig(
-        llm_url=fake.url, model=DEFAULT_MODEL, capture_level=CaptureLevel.TOKENS, admin_key="adm"
-    )
-    try:
-        yield CaptureProxy(config, upstream=upstream)
-    finally:
-        await upstream.aclose()
 
 
 @pytest.fixture
@@ -221,20 +200,13 @@ async def test_an_agent_in_the_local_sandbox_reaches_its_session_and_nothing_els
     """From inside a real trial: the engine, the proxy's control plane, another host port and
     the internet are refused; the gate answers only the agent's own session, whose call is
     captured."""
-    probe = dataclasses.replace(
-        seams.import_path_seam("tests.harbor.probe_agent:ProbeAgent"),
-        name="probe",
-        sandbox_network=True,
-    )
-    monkeypatch.setitem(seams.SEAMS, "probe", probe)
+    monkeypatch.setitem(seams.SEAMS, "probe", probe_seam())
     other = proxy.sessions.open().session_id
     async with serve_proxy(proxy) as proxy_url:  # the control plane, served on the host
-        engine_port = int(fake.url.rsplit(":", 1)[1].split("/")[0])
-        proxy_port = int(proxy_url.rsplit(":", 1)[1])
-        targets = {"engine": f"127.0.0.1:{engine_port}", "host_proxy": f"127.0.0.1:{proxy_port}"}
+        targets = host_targets(fake.url, proxy_url)
         address = _host_address()
         if address is not None:
-            targets["engine_via_host_address"] = f"{address}:{engine_port}"
+            targets["engine_via_host_address"] = f"{address}:{targets['engine'].split(':')[1]}"
         out = await run_harbor_rollout(
             resolve_dataset(EXAMPLES).task("count-errors"),
             harness="probe",
@@ -244,11 +216,6 @@ async def test_an_agent_in_the_local_sandbox_reaches_its_session_and_nothing_els
         )
     assert out.trial_dir is not None, out.result.error
     report = read_probe((out.trial_dir / "agent" / "probe.txt").read_text())
-    assert report["own_chat"] == "200" and report["own_models"] == "200", report
-    assert report["other_key_chat"] == "403" and report["no_key_models"] == "403", report
-    assert report["gate_sessions"] == "404" and report["gate_health"] == "404", report
-    assert report["internet"] == "refused" and report["dns"] == "none", report
-    for name in targets:
-        assert report[name] == "refused", (name, report)
+    assert_only_its_own_session(report, targets)
     assert proxy.sessions.get(other).n_calls == 0
     assert out.document is not None and out.document.stats.turns == 1

@@ -28,19 +28,15 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
-from rollwire.capture.proxy import CaptureProxy, ProxyConfig
-from rollwire.capture.rollout import CaptureLevel
-from rollwire.capture.upstream import Upstream
+from rollwire.capture.proxy import CaptureProxy
 from rollwire.harnesses.harbor.datasets import resolve_dataset
 from rollwire.harnesses.harbor.rollout import run_harbor_rollout
 from rollwire.harnesses.harbor.seams import SEAMS
-from tests.fakes.serve import serve_in_thread
-from tests.fakes.vllm import DEFAULT_MODEL, FakeVLLM
+from tests.fakes.vllm import FakeVLLM
 from tests.harbor.helpers import EXAMPLES, running
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -110,25 +106,12 @@ def mounts_reach_harbor(monkeypatch) -> None:
     monkeypatch.setattr(rollout, "EnvironmentConfig", config)
 
 
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeVLLM]:
-    vllm = FakeVLLM(max_model_len=200_000)
-    with serve_in_thread(vllm.app) as url:
-        vllm.url = url  # type: ignore[attr-defined]
-        yield vllm
-
-
 @pytest.fixture
-async def proxy(fake) -> AsyncIterator[CaptureProxy]:
-    fake.reset()
-    # First call: a tool call (the agent's first tool); after the tool result: plain text, done.
+def proxy(proxy: CaptureProxy, fake: FakeVLLM) -> CaptureProxy:
+    """conftest's proxy; the fake answers the first call with a tool call (the agent's first
+    tool), the call after the tool result with plain text: done."""
     fake.behavior.tool_call_every_turn = True
-    upstream = Upstream(fake.url)
-    config = ProxyConfig(llm_url=fake.url, model=DEFAULT_MODEL, capture_level=CaptureLevel.TOKENS)
-    try:
-        yield CaptureProxy(config, upstream=upstream)
-    finally:
-        await upstream.aclose()
+    return proxy
 
 
 @pytest.mark.parametrize(
