@@ -83,7 +83,7 @@ from rollwire.harnesses.harbor.dockerfile import (
     _instructions,
     _words,
 )
-from rollwire.harnesses.harbor.gate import Gate, lookup
+from rollwire.harnesses.harbor.gate import GateSlot
 from rollwire.harnesses.harbor.local import (
     _LIVE,
     EXEC_MARKER,
@@ -394,13 +394,8 @@ class DockerEnvironment(BaseEnvironment):
         gate: str | None = None,
         **kwargs: Any,
     ):
-        if gate is not None and network:
-            raise ValueError(
-                "a gated sandbox has no network but its gate: pass network=False with gate"
-            )
         self._owner = owner
-        self._gate_key = gate  # the open gate (rollwire.harnesses.harbor.gate) to serve inside
-        self._gate: Gate | None = None
+        self._gate = GateSlot(gate, network=network)  # its one way out, when it has one
         self._allow_network = bool(network)
         self._docker_host = docker_host
         self._max_output = int(max_output_bytes)
@@ -543,13 +538,7 @@ class DockerEnvironment(BaseEnvironment):
             self._shell = await self._detect_shell()
             await self.ensure_dirs(self._mount_targets(writable_only=True))
             await self._upload_environment_dir_after_start()
-            if self._gate_key is not None:
-                if self._init_pid is None:
-                    raise DockerUnavailableError(
-                        "the daemon reports no pid for the container: a gate needs a local daemon"
-                    )
-                self._gate = lookup(self._gate_key)
-                await self._gate.attach(self._init_pid)
+            await self._gate.open(self._init_pid)  # needs the daemon on this host
         except BaseException:
             await self._teardown(delete=True)
             raise
@@ -871,9 +860,7 @@ class DockerEnvironment(BaseEnvironment):
         # cancellation), or the container would be left behind.
         with anyio.CancelScope(shield=True):
             try:
-                if self._gate is not None:
-                    gate, self._gate = self._gate, None
-                    await gate.detach()
+                await self._gate.close()
                 await _finish(_spawn(self._teardown_now, delete))
             finally:
                 if self._live:

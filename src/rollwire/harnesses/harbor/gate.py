@@ -160,6 +160,36 @@ class Gate:
         self._stop = self._done = None
 
 
+class GateSlot:
+    """A sandbox's end of a gate: the ``gate=<key>`` kwarg, opened once the sandbox is up.
+
+    A gated sandbox has no network but its gate, so ``network=True`` with a gate is refused.
+    """
+
+    def __init__(self, key: str | None, *, network: bool) -> None:
+        if key is not None and network:
+            raise ValueError(
+                "a gated sandbox has no network but its gate: pass network=False with gate"
+            )
+        self.key = key
+        self._gate: Gate | None = None
+
+    async def open(self, pid: int | None) -> None:
+        """Serve the gate inside the network namespace of ``pid`` (no-op without a key)."""
+        if self.key is None:
+            return
+        if pid is None:
+            raise GateError(f"gate {self.key!r}: the sandbox has no process to reach its network")
+        self._gate = lookup(self.key)
+        await self._gate.attach(pid)
+
+    async def close(self) -> None:
+        """Stop serving (the sandbox is stopping); safe to call at any time."""
+        gate, self._gate = self._gate, None
+        if gate is not None:
+            await gate.detach()
+
+
 def lookup(key: str) -> Gate:
     """The gate a sandbox's ``gate=<key>`` names (it must be open)."""
     gate = _GATES.get(key)

@@ -59,7 +59,7 @@ from rollwire.harnesses.harbor.dockerfile import (
     make_dir,
     plan_dockerfile,
 )
-from rollwire.harnesses.harbor.gate import Gate, lookup
+from rollwire.harnesses.harbor.gate import GateSlot
 
 TYPE = "local"
 INSTALL_HINT = "apt-get install bubblewrap"
@@ -242,12 +242,7 @@ class LocalEnvironment(BaseEnvironment):
         **kwargs: Any,
     ):
         self._owner = owner  # who waits for this sandbox to be gone (see `settled`)
-        self._gate_key = gate  # the open gate (rollwire.harnesses.harbor.gate) to serve inside
-        self._gate: Gate | None = None
-        if gate is not None and network:
-            raise ValueError(
-                "a gated sandbox has no network but its gate: pass network=False with gate"
-            )
+        self._gate = GateSlot(gate, network=network)  # its one way out, when it has one
         # Set before the base constructor: it reads capabilities and validates the definition.
         self._bwrap = bwrap_path(bwrap)
         self._allow_network = bool(network)
@@ -375,10 +370,7 @@ class LocalEnvironment(BaseEnvironment):
             fs = self._base / "fs"
             await asyncio.to_thread(self._build_root, fs)
             await self._start_holder(fs)
-            if self._gate_key is not None:
-                assert self._init_pid is not None
-                self._gate = lookup(self._gate_key)
-                await self._gate.attach(self._init_pid)
+            await self._gate.open(self._init_pid)
         except BaseException:
             await self._teardown(delete=True)
             raise
@@ -460,9 +452,7 @@ class LocalEnvironment(BaseEnvironment):
 
     async def _teardown_now(self, *, delete: bool) -> None:
         self._stopped = True
-        if self._gate is not None:
-            await self._gate.detach()
-            self._gate = None
+        await self._gate.close()
         if self._init_pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self._init_pid, signal.SIGKILL)  # pid 1 of the namespace: all die
