@@ -21,7 +21,7 @@ import pytest
 
 from rollwire.harnesses.harbor import seams
 from rollwire.harnesses.harbor.datasets import resolve_dataset
-from rollwire.harnesses.harbor.gate import GateError, gate_host, listen_in_netns
+from rollwire.harnesses.harbor.gate import GateError, GateSlot, gate_host, listen_in_netns
 from rollwire.harnesses.harbor.rollout import run_harbor_rollout, serve_proxy
 from rollwire.server.serving import bind, serving, url_of
 from tests.fakes.vllm import DEFAULT_MODEL
@@ -219,3 +219,13 @@ async def test_an_agent_in_the_local_sandbox_reaches_its_session_and_nothing_els
     assert_only_its_own_session(report, targets)
     assert proxy.sessions.get(other).n_calls == 0
     assert out.document is not None and out.document.stats.turns == 1
+
+
+def test_a_gated_sandbox_cannot_also_have_the_network():
+    with pytest.raises(ValueError, match="no network but its gate"):
+        GateSlot("some-rollout", network=True)
+
+
+async def test_a_gate_that_was_never_opened_is_an_error_naming_it():
+    with pytest.raises(GateError, match="no open gate 'nobody'"):
+        await GateSlot("nobody", network=False).open(1)
