@@ -287,8 +287,13 @@ def test_tasks_command_lists_every_family_with_stable_ids():
     assert listing["unavailable"] == {}
 
 
-def test_info_reports_what_can_run_here_with_reasons():
-    out = rollwire("info", "--json", timeout=180)
+def _no_docker_daemon(tmp_path) -> dict[str, str]:
+    """An environment whose Docker endpoint is a socket nobody listens on (CI runs a daemon)."""
+    return {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-daemon.sock"}
+
+
+def test_info_reports_what_can_run_here_with_reasons(tmp_path):
+    out = rollwire("info", "--json", timeout=180, env=_no_docker_daemon(tmp_path))
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     sandboxes = {s["name"]: s for s in report["sandboxes"]}
@@ -326,7 +331,7 @@ def test_harbor_rollout_with_a_model_harness_requires_llm_url():
     assert out.returncode == 2 and "--llm-url is required" in out.stderr
 
 
-def test_harbor_rollout_names_an_unavailable_sandbox():
+def test_harbor_rollout_names_an_unavailable_sandbox(tmp_path):
     out = rollwire(
         "rollout",
         "--dataset",
@@ -337,6 +342,7 @@ def test_harbor_rollout_names_an_unavailable_sandbox():
         "oracle",
         "--sandbox",
         "docker",
+        env=_no_docker_daemon(tmp_path),
     )
     assert out.returncode == 2 and "daemon" in out.stderr
 

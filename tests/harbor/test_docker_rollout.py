@@ -99,6 +99,27 @@ def test_the_same_task_is_refused_under_local_naming_run(dataset):
     assert "RUN" in result["error"], result["error"]
 
 
+def test_a_task_on_an_absent_base_image_fails_naming_it_and_its_dockerfile_line(tmp_path):
+    make_task(
+        tmp_path,
+        "absent-base",
+        dockerfile="FROM rollwire-test/absent-base:1\n",
+        solve="true\n",
+        test="echo 1 > /logs/verifier/reward.txt\n",
+    )
+    done = rollwire(
+        "rollout", "--dataset", str(tmp_path), "--task", "absent-base",
+        "--harness", "oracle", "--sandbox", "docker", "--json",
+    )  # fmt: skip
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert done.returncode == 1 and not result["ok"] and result["reward"] is None
+    assert result["exception_type"] == "MissingBaseImageError"
+    assert "rollwire-test/absent-base:1" in result["error"] and "Dockerfile:1" in result["error"]
+    # Harbor reads logs from the sandbox after the failed start: one line says there was none,
+    # without a second copy of the start's error chained under it.
+    assert "never started" in done.stderr and "During handling" not in done.stderr
+
+
 @pytest.mark.anyio
 async def test_an_agent_in_a_container_reaches_its_session_and_nothing_else(
     proxy, fake, dataset, monkeypatch, tmp_path

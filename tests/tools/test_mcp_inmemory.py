@@ -278,10 +278,6 @@ async def test_run_rollout_multi_reward_with_reward_key(client):
         ),
         ({"task": f"harbor:{EXAMPLES}#count-errors", "harness": "claude"}, "harness"),
         (
-            {"task": f"harbor:{EXAMPLES}#count-errors", "harness": "oracle", "sandbox": "docker"},
-            "sandbox",
-        ),
-        (
             {"task": f"harbor:{EXAMPLES}#count-errors", "harness": "oracle", "sandbox": "moon"},
             "sandbox",
         ),
@@ -313,6 +309,15 @@ async def test_run_rollout_multi_reward_with_reward_key(client):
 )
 async def test_run_rollout_bad_arguments_are_tool_errors_naming_the_field(client, args, field):
     assert names_field(await client.call_tool("run_rollout", args), field)
+
+
+async def test_run_rollout_on_an_unreachable_docker_daemon_is_a_tool_error_naming_sandbox(
+    client, monkeypatch, tmp_path
+):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-daemon.sock")
+    args = {"task": f"harbor:{EXAMPLES}#count-errors", "harness": "oracle", "sandbox": "docker"}
+    result = await client.call_tool("run_rollout", args)
+    assert names_field(result, "sandbox") and "daemon" in error_text(result)
 
 
 async def test_run_rollout_answer_mode_text_gets_a_verified_reward_from_a_text_reply(client):

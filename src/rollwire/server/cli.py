@@ -347,6 +347,10 @@ async def _harbor_rollouts(args: argparse.Namespace) -> int:
     from rollwire.harnesses.harbor.rollout import run_harbor_rollout
     from rollwire.harnesses.harbor.sandboxes import RUNNABLE, available_sandboxes
 
+    problem = RUNNABLE[args.sandbox][1]({}) if args.sandbox in RUNNABLE else None
+    if problem is not None:  # refused before any trial, as the run_rollout tool refuses it
+        _say(f"rollwire rollout: --sandbox {args.sandbox}: unavailable here: {problem}")
+        return 2
     if args.sandbox not in RUNNABLE:
         known = {s.name: s for s in available_sandboxes()}
         status = known.get(args.sandbox)

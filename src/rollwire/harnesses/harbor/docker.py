@@ -413,6 +413,7 @@ class DockerEnvironment(BaseEnvironment):
         self._token = uuid.uuid4().hex[:12]
         self._seq = itertools.count()
         self._stopped = False
+        self._container_started = False
         self._live = False
         super().__init__(
             environment_dir,
@@ -517,8 +518,15 @@ class DockerEnvironment(BaseEnvironment):
         return self._allow_network and self.network_policy.network_mode != NetworkMode.NO_NETWORK
 
     def _api(self) -> Any:
+        if self._container_started and (self._stopped or self._container_id is None):
+            raise RuntimeError(f"the docker sandbox {self.session_id} has been stopped") from None
         if self._client is None or self._container_id is None or self._stopped:
-            raise RuntimeError(f"the docker sandbox {self.session_id} is not running")
+            # Harbor still collects logs and artifacts after a failed start; the start's own
+            # error is the trial's error, so this one says only why there is nothing to read
+            # (``from None``: no second copy of that error chained under it).
+            raise RuntimeError(
+                f"the docker sandbox {self.session_id} never started: nothing to read from it"
+            ) from None
         return self._client.api
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -745,6 +753,7 @@ class DockerEnvironment(BaseEnvironment):
             options["hostname"] = self.hostname
         container = client.containers.create(self._image, **options)
         self._container_id = container.id
+        self._container_started = True
         try:
             container.start()
         except docker.errors.APIError as exc:
