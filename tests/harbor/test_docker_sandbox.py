@@ -386,7 +386,7 @@ async def test_stop_removes_the_container(task: Path, tmp_path: Path, daemon: An
     await env.stop(delete=True)
     assert containers_of(daemon, env._owner or "") == []
     assert await settled(env._owner or "", timeout_s=1)
-    with pytest.raises(RuntimeError, match="not running"):
+    with pytest.raises(RuntimeError, match="has been stopped"):
         await env.exec("true")
 
 
