@@ -6,28 +6,19 @@ What holds here, measured (see the seams' notes):
   ``https://downloads.claude.ai/.../bootstrap.sh`` into bash and codex's installs nvm from
   ``raw.githubusercontent.com`` and Node from ``nodejs.org``; none of these hosts resolves here
   (only package registries are reachable). A test asserts exactly that, from inside the sandbox.
-* The npm packages install inside the local sandbox with its network on, in seconds, but not
-  with ``npm install -g`` as Harbor's musl branch writes it: the sandbox's ``/usr`` is the host's,
-  read-only. They go to a prefix under ``$HOME`` instead, with ``NODE_EXTRA_CA_CERTS`` set:
-  ``--prefix`` moves npm's global config to ``<prefix>/etc/npmrc``, so the host's
-  ``/usr/etc/npmrc`` (``cafile=``) is no longer read and the registry's TLS fails
-  (SELF_SIGNED_CERT_IN_CHAIN behind this machine's intercepting proxy).
-* The installed prefix is then bind-mounted into the trial's sandbox where Harbor's
-  install check looks (claude-code: ``~/.local/bin``; codex: ``~/.nvm/nvm.sh``, sourced before
-  ``codex exec``), so Harbor skips its installer and runs the real agent, which reaches the
-  proxy over the host's loopback (the seam turns the sandbox's network on).
+* Harbor's other branch, ``npm install -g``, writes under the host's ``/usr``, read-only in the
+  local sandbox. A test asserts that too.
+* So rollwire installs each agent itself (``rollwire.harnesses.harbor.installs``): from npm, on
+  a Node from PyPI, into a prefix under ``$ROLLWIRE_AGENTS_DIR``, once per host, mounted
+  read-only into each trial with shims where Harbor's commands look. These tests run the real
+  agents that way, through ``run_harbor_rollout`` as any caller would.
 * The model behind the proxy is the fake vLLM, not the reference engine: the reference engine
   serves SmolLM2-135M with ``n_ctx=4096`` and both agents' first prompt (system prompt + tool
   manifest) is far larger.
-
-The npm cache lives under ``ROLLWIRE_AGENT_NPM_CACHE`` (default: a per-user temp dir) so a second
-run installs from cache.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -43,19 +34,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 TASKS = resolve_dataset(EXAMPLES)
 CA = "/etc/ssl/certs/ca-certificates.crt"
-PACKAGES = {"claude-code": "@anthropic-ai/claude-code", "codex": "@openai/codex"}
-BINARIES = {"claude-code": "claude", "codex": "codex"}
-# The reference engine's context (tests/conftest.py: ReferenceModel(n_ctx=4096)).
-REFERENCE_N_CTX = 4096
-
-
-def _cache_dir() -> Path:
-    root = os.environ.get("ROLLWIRE_AGENT_NPM_CACHE") or os.path.join(
-        tempfile.gettempdir(), f"rollwire-agent-npm-{os.getuid()}"
-    )
-    path = Path(root)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 async def _sandbox_exec(tmp_path: Path, command: str, *, mounts=(), limit_s: int = 240):
@@ -67,43 +45,6 @@ async def _sandbox_exec(tmp_path: Path, command: str, *, mounts=(), limit_s: int
         mounts=[{"type": "bind", **m} for m in mounts],
     ) as env:
         return await env.exec(command, timeout_sec=limit_s)
-
-
-async def _npm_install(tmp_path: Path, harness: str) -> Path:
-    """Install the agent's npm package inside a local sandbox (network on) into a host prefix."""
-    cache = _cache_dir()
-    prefix = tmp_path / f"{harness}-prefix"
-    prefix.mkdir()
-    result = await _sandbox_exec(
-        tmp_path / "install",
-        "set -euo pipefail; "
-        f"export npm_config_cache=/cache NODE_EXTRA_CA_CERTS={CA}; "
-        f"npm install -g --prefix /prefix --no-audit --no-fund {PACKAGES[harness]} >&2; "
-        f"/prefix/bin/{BINARIES[harness]} --version",
-        mounts=[
-            {"source": str(cache), "target": "/cache"},
-            {"source": str(prefix), "target": "/prefix"},
-        ],
-    )
-    assert result.return_code == 0, (result.stdout, result.stderr)
-    return prefix
-
-
-@pytest.fixture
-def mounts_reach_harbor(monkeypatch) -> None:
-    """``run_harbor_rollout(environment_kwargs={"mounts": ...})`` is silently dropped: Harbor's
-    factory passes ``mounts=EnvironmentConfig.mounts`` (None) after ``**config.kwargs``. Until
-    rollout.py forwards them, move them to ``EnvironmentConfig.mounts`` here."""
-    from harbor.models.trial.config import EnvironmentConfig
-
-    from rollwire.harnesses.harbor import rollout
-
-    def config(*, kwargs=None, **rest):
-        kwargs = dict(kwargs or {})
-        mounts = kwargs.pop("mounts", None)
-        return EnvironmentConfig(kwargs=kwargs, mounts=mounts, **rest)
-
-    monkeypatch.setattr(rollout, "EnvironmentConfig", config)
 
 
 @pytest.fixture
@@ -153,31 +94,19 @@ async def test_npm_install_g_into_the_hosts_usr_fails(tmp_path):
 
 
 async def _run_agent(harness: str, proxy: CaptureProxy, tmp_path: Path):
-    """npm-install the agent in a sandbox, mount it where Harbor's install check looks, run
-    count-errors once through the proxy."""
-    prefix = await _npm_install(tmp_path, harness)
-    if harness == "claude-code":
-        mounts = [{"type": "bind", "source": str(prefix), "target": "/root/.local"}]
-    else:  # codex: Harbor sources ~/.nvm/nvm.sh before its check and before `codex exec`
-        nvm = tmp_path / "nvm"
-        nvm.mkdir()
-        (nvm / "nvm.sh").write_text('export PATH="/opt/agent/bin:$PATH"\n')
-        mounts = [
-            {"type": "bind", "source": str(prefix), "target": "/opt/agent"},
-            {"type": "bind", "source": str(nvm), "target": "/root/.nvm"},
-        ]
+    """count-errors once through the proxy; rollwire installs the agent (npm, once per host)
+    and mounts it into the sandbox in place of Harbor's installer."""
     return await run_harbor_rollout(
         TASKS.task("count-errors"),
         harness=harness,
         proxy=proxy,
         trials_dir=tmp_path / "trials",
         agent_timeout_sec=90,
-        environment_kwargs={"mounts": mounts},
     )
 
 
 async def test_claude_code_runs_through_the_anthropic_dialect_and_its_turns_link(
-    proxy, fake, mounts_reach_harbor, tmp_path
+    proxy, fake, tmp_path
 ):
     """claude-code (npm, 2.1.x) installs and runs count-errors against the fake engine through
     the proxy's Anthropic dialect (its system reminders arrive as ``{"role": "system"}``
@@ -191,9 +120,7 @@ async def test_claude_code_runs_through_the_anthropic_dialect_and_its_turns_link
     assert doc.stats.roots == 1 and doc.stats.trainable_sequences >= 1
 
 
-async def test_codex_runs_through_the_responses_dialect_and_its_turns_link(
-    proxy, fake, mounts_reach_harbor, tmp_path
-):
+async def test_codex_runs_through_the_responses_dialect_and_its_turns_link(proxy, fake, tmp_path):
     """codex (npm, 0.17x) installs and runs count-errors against the fake engine through the
     proxy's Responses dialect: it tries the Responses WebSocket first (the proxy answers 403;
     codex falls back to HTTPS), declares its multi-agent tools in a ``namespace`` (flattened)

@@ -38,6 +38,7 @@ from rollwire.capture.export import RolloutDocument
 from rollwire.capture.findings import Finding, Level, warn
 from rollwire.capture.proxy import CaptureProxy
 from rollwire.capture.session import CaptureSession
+from rollwire.harnesses.harbor import installs
 from rollwire.harnesses.harbor.atif import AtifReport, CapturedCall, reconcile
 from rollwire.harnesses.harbor.datasets import TaskEntry
 from rollwire.harnesses.harbor.gate import gate_host
@@ -128,6 +129,7 @@ async def run_harbor_rollout(
     rollout_id: str | None = None,
     include_sequences: bool = False,
     sandbox: str = "local",
+    install_agent: bool = True,
 ) -> HarborRollout:
     """Run one trial of ``task`` (an entry or a task directory) with ``harness``; never raises.
 
@@ -137,6 +139,10 @@ async def run_harbor_rollout(
     name the agent asks for (the proxy substitutes the served model). ``agent_kwargs`` override
     the seam's ``AgentConfig.kwargs`` (e.g. ``max_turns``, ``llm_call_kwargs``). ``sandbox``:
     ``local`` (bubblewrap) or ``docker`` (the task's image on a Docker daemon).
+    ``install_agent``: an agent rollwire installs from its registry
+    (:data:`rollwire.harnesses.harbor.installs.PACKAGES`) is installed on first use and mounted
+    into the sandbox in place of Harbor's installer; False leaves the agent to Harbor's
+    ``install()`` (and to whatever ``environment_kwargs["mounts"]`` provide).
     """
     start = time.perf_counter()
     rollout_id = rollout_id or uuid.uuid4().hex
@@ -184,6 +190,14 @@ async def run_harbor_rollout(
     problem = await anyio.to_thread.run_sync(sandbox_check, sandbox_kwargs)
     if problem is not None:
         return refused(f"SandboxUnavailableError: {problem}", seam.name)
+    agent_import: str | None = None
+    if install_agent and seam.name in installs.PACKAGES:
+        try:
+            installed = await installs.ensure_installed(seam.name)
+        except installs.AgentInstallError as exc:
+            return refused(f"AgentInstallError: {exc}", seam.name)
+        sandbox_kwargs["mounts"] = [*sandbox_kwargs.get("mounts", ()), *installed.mounts()]
+        agent_import = installs.import_path(seam.name)
 
     capture: CaptureSession | None = None
     if seam.needs_llm:
@@ -228,6 +242,7 @@ async def run_harbor_rollout(
                 agent_kwargs=agent_kwargs,
                 environment_kwargs=sandbox_kwargs,
                 import_path=import_path,
+                agent_import=agent_import,
                 agent_timeout_sec=agent_timeout_sec,
                 verifier_timeout_sec=verifier_timeout_sec,
             )
@@ -274,6 +289,7 @@ async def _run_trial(
     agent_kwargs: dict[str, Any] | None,
     environment_kwargs: dict[str, Any],
     import_path: str,
+    agent_import: str | None = None,
     agent_timeout_sec: float | None,
     verifier_timeout_sec: float | None,
 ) -> TrialOutcome:
@@ -286,8 +302,19 @@ async def _run_trial(
         config = TrialConfig(
             task=TaskConfig(path=path),
             trials_dir=root,
-            agent=seam.agent_config(endpoint, kwargs=agent_kwargs, timeout_sec=agent_timeout_sec),
-            environment=EnvironmentConfig(import_path=import_path, kwargs=environment_kwargs),
+            agent=seam.agent_config(
+                endpoint,
+                kwargs=agent_kwargs,
+                timeout_sec=agent_timeout_sec,
+                import_path=agent_import,
+            ),
+            # Harbor hands the sandbox EnvironmentConfig.mounts (a "mounts" kwarg would be
+            # overwritten by it), so mounts travel there.
+            environment=EnvironmentConfig(
+                import_path=import_path,
+                kwargs={k: v for k, v in environment_kwargs.items() if k != "mounts"},
+                mounts=environment_kwargs.get("mounts") or None,
+            ),
             verifier=VerifierConfig(override_timeout_sec=verifier_timeout_sec),
         )
         trial_dir = root / config.trial_name

@@ -148,10 +148,13 @@ class Seam:
         *,
         kwargs: Mapping[str, Any] | None = None,
         timeout_sec: float | None = None,
+        import_path: str | None = None,
     ) -> AgentConfig:
         """Harbor's ``AgentConfig`` for this harness pointed at ``endpoint``.
 
         ``kwargs`` override the seam's defaults (``llm_kwargs`` and ``model_info`` are merged).
+        ``import_path`` replaces an installed agent's Harbor class (rollwire's install of it:
+        :func:`rollwire.harnesses.harbor.installs.import_path`).
         """
         merged = _merge(self.agent_kwargs, kwargs or {})
         common: dict[str, Any] = {"override_timeout_sec": timeout_sec}
@@ -170,8 +173,11 @@ class Seam:
             )
         env = self.environ(endpoint)
         if self.kind == "installed":
+            named: dict[str, Any] = (
+                {"import_path": import_path} if import_path is not None else {"name": self.name}
+            )
             return AgentConfig(
-                name=self.name, model_name=model, base_url=base, env=env, kwargs=merged, **common
+                **named, model_name=model, base_url=base, env=env, kwargs=merged, **common
             )
         cls = import_agent_class(self.harbor_class)
         overridable = getattr(cls, "MODEL_CONNECTION", None) is not None
