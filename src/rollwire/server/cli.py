@@ -869,9 +869,10 @@ def build_parser() -> argparse.ArgumentParser:
     from rollwire.server.collect_cli import add_commands
 
     add_commands(sub, _endpoint_args)
-    from rollwire.server import images_cli
+    from rollwire.server import agents_cli, images_cli
 
     images_cli.add_commands(sub)
+    agents_cli.add_commands(sub)
     return parser
 
 

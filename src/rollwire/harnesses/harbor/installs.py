@@ -272,10 +272,13 @@ async def ensure_node(root: Path | None = None, *, progress: Progress = log.info
 
 
 async def ensure_installed(
-    harness: str, root: Path | None = None, *, progress: Progress = log.info
+    harness: str | AgentPackage, root: Path | None = None, *, progress: Progress = log.info
 ) -> Installed:
-    """The agent's install on this host, made now if missing (from its registry, once)."""
-    package = package_for(harness)
+    """The agent's install on this host, made now if missing (from its registry, once).
+
+    ``harness`` is a name in :data:`PACKAGES`, or a package of one's own (an agent the table
+    does not carry yet)."""
+    package = harness if isinstance(harness, AgentPackage) else package_for(harness)
     root = root or agents_root()
     node_bin = await ensure_node(root, progress=progress) if package.registry == "npm" else None
     dest = root / package.dirname
