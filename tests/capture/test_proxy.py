@@ -366,3 +366,32 @@ def test_certified_param_fix_is_applied_to_every_forwarded_request(upstream):
         (turn,) = p.rollout(sid)["turns"]
     assert "top_k" not in upstream.fake.requests[0]
     assert "param_fix_applied" in codes(turn["findings"])
+
+
+def test_an_output_cap_beyond_the_context_is_clamped_to_the_room_the_prompt_leaves(proxy: Proxy):
+    """claude-code asks for 32k-64k tokens; the engine's context is 2048 here."""
+    sid = proxy.open_session()
+    reply = proxy.client(sid).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "hello"}], max_tokens=32000, extra_body=IDS
+    )
+    n_prompt = len(reply.model_extra["prompt_token_ids"])
+    chat_calls = [r for r in proxy.upstream.fake.requests if "messages" in r and "max_tokens" in r]
+    (sent,) = chat_calls
+    assert sent["max_tokens"] == proxy.upstream.fake.max_model_len - n_prompt
+    (turn,) = proxy.rollout(sid)["turns"]
+    assert turn["requested_params"]["max_tokens"] == 32000
+    assert turn["applied_params"]["max_tokens"] == sent["max_tokens"]
+    (note,) = [f for f in turn["findings"] if f["code"] == "max_tokens_clamped"]
+    assert note["level"] == "INFO" and "32000" in note["message"]
+
+
+def test_an_output_cap_that_fits_is_sent_as_asked_without_measuring_the_prompt(proxy: Proxy):
+    sid = proxy.open_session()
+    proxy.client(sid).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "hello"}], max_tokens=100
+    )
+    (sent,) = proxy.upstream.fake.requests
+    assert sent["max_tokens"] == 100
+    assert not [r for r in proxy.upstream.fake.request_log if r.get("path") == "/tokenize"]
+    (turn,) = proxy.rollout(sid)["turns"]
+    assert "max_tokens_clamped" not in codes(turn["findings"])

@@ -27,7 +27,7 @@ from starlette.routing import Route
 from rollwire.capture.certify import Certification
 from rollwire.capture.dialects import chat, load_dialects
 from rollwire.capture.dialects.base import Dialect, DialectError
-from rollwire.capture.findings import info, warn
+from rollwire.capture.findings import Finding, info, warn
 from rollwire.capture.ingest import ingest_chat_reply
 from rollwire.capture.rollout import CaptureLevel
 from rollwire.capture.session import CaptureSession, SessionStore
@@ -522,6 +522,9 @@ class CaptureProxy:
             capture_level=session.capture_level,
             drop_params=self.config.param_fixes,
         )
+        fitted = await self._fit_max_tokens(prepared, model, node_id)
+        if fitted is not None:
+            prepared.findings.append(fitted)
         token_in, send = await self._token_in(session, body, prepared, model)
         try:
             if send is None:
@@ -573,6 +576,46 @@ class CaptureProxy:
         if self.config.token_in != "off":
             _remember_call(session, body, ingested.turn)
         return chat.caller_reply(reply, prepared), prepared
+
+    async def _fit_max_tokens(
+        self, prepared: chat.Prepared, model: str, node_id: str
+    ) -> Finding | None:
+        """Clamp an output cap that cannot fit the context to the room the prompt leaves.
+
+        Agents ask for what their own vendor's models allow (claude-code: 32k-64k tokens); an
+        engine with a smaller context answers 400 and the agent stops. When the cap and an upper
+        bound of the prompt's length could overflow the served model's ``max_model_len``, the
+        prompt is measured (``/tokenize``) and the cap lowered to what is left, with a note on
+        the turn. Unknowable (no context length, no ``/tokenize``) or no room at all: the call
+        goes as asked, and the engine's error reaches the caller."""
+        up = prepared.upstream
+        key = "max_completion_tokens" if "max_completion_tokens" in up else "max_tokens"
+        wanted = up.get(key)
+        if not isinstance(wanted, int) or isinstance(wanted, bool) or wanted < 1:
+            return None
+        ctx = await self.max_model_len()
+        if ctx is None or wanted + chat.prompt_upper_bound(up) <= ctx:
+            return None
+        measure = {k: up[k] for k in ("messages", "tools", "chat_template_kwargs") if up.get(k)}
+        try:
+            n_prompt = len(
+                await self.upstream.tokenize(
+                    {"model": model, **measure, "add_generation_prompt": True}
+                )
+            )
+        except UpstreamError:
+            return None
+        room = ctx - n_prompt
+        if wanted <= room or room < 1:
+            return None
+        up[key] = room
+        prepared.applied[key] = room
+        return info(
+            "max_tokens_clamped",
+            f"{key}={wanted} cannot fit: the served model's context is {ctx} tokens and the "
+            f"prompt takes {n_prompt}; sent {key}={room}",
+            node_id,
+        )
 
     async def _token_in(
         self,

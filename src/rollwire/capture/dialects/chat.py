@@ -8,7 +8,7 @@ logprobs over the full vocabulary, so a truncated distribution would make them d
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -179,6 +179,22 @@ def caller_reply(reply: dict[str, Any], prepared: Prepared) -> dict[str, Any]:
         choices.append(c)
     out["choices"] = choices
     return out
+
+
+#: Tokens a chat template may add per message (role markers, separators) and once per prompt.
+_TEMPLATE_TOKENS_PER_MESSAGE = 8
+_TEMPLATE_TOKENS_PER_PROMPT = 64
+
+
+def prompt_upper_bound(body: Mapping[str, Any]) -> int:
+    """A bound no rendered prompt of ``body`` exceeds, with no tokenizer: every token of a
+    byte-level (or byte-fallback) tokenizer covers at least one byte, so the UTF-8 size of the
+    messages, tools and template kwargs as JSON (which only adds bytes), plus the template's
+    own tokens, is at least the prompt's length in tokens."""
+    parts = {k: body.get(k) for k in ("messages", "tools", "chat_template_kwargs")}
+    size = len(orjson.dumps(parts))
+    n_messages = len(body.get("messages") or ())
+    return size + _TEMPLATE_TOKENS_PER_MESSAGE * n_messages + _TEMPLATE_TOKENS_PER_PROMPT
 
 
 def error_body(
