@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import gc
 import ipaddress
@@ -344,7 +345,7 @@ def _harbor_agent_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 async def _harbor_rollouts(args: argparse.Namespace) -> int:
     from rollwire.harnesses.harbor.datasets import DatasetError, resolve_dataset
-    from rollwire.harnesses.harbor.rollout import run_harbor_rollout
+    from rollwire.harnesses.harbor.rollout import run_harbor_rollout, serve_proxy
     from rollwire.harnesses.harbor.sandboxes import RUNNABLE, available_sandboxes
 
     problem = RUNNABLE[args.sandbox][1]({}) if args.sandbox in RUNNABLE else None
@@ -379,18 +380,27 @@ async def _harbor_rollouts(args: argparse.Namespace) -> int:
     out_dir = await _out_dir(args)
     failures = 0
     try:
-        for i in range(args.n):
-            out = await run_harbor_rollout(
-                task,
-                harness=args.harness,
-                proxy=proxy,
-                reward_key=args.reward_key,
-                agent_kwargs=_harbor_agent_kwargs(args) if needs_llm else None,
-                sandbox=args.sandbox,
-            )
-            failures += not out.result.ok
-            await _write_document(out_dir, out.result.rollout_id, out.document)
-            _emit(args, i, out.result)
+        async with contextlib.AsyncExitStack() as stack:
+            if proxy is not None and args.public_url:
+                # The cloud sandbox calls args.public_url; the caller forwards it here.
+                host, _, port = args.proxy_listen.rpartition(":")
+                served = await stack.enter_async_context(
+                    serve_proxy(proxy, host or "127.0.0.1", port=int(port))
+                )
+                _say(f"rollwire rollout: capture proxy on {served}, reached as {args.public_url}")
+            for i in range(args.n):
+                out = await run_harbor_rollout(
+                    task,
+                    harness=args.harness,
+                    proxy=proxy,
+                    reward_key=args.reward_key,
+                    agent_kwargs=_harbor_agent_kwargs(args) if needs_llm else None,
+                    sandbox=args.sandbox,
+                    public_url=args.public_url,
+                )
+                failures += not out.result.ok
+                await _write_document(out_dir, out.result.rollout_id, out.document)
+                _emit(args, i, out.result)
     finally:
         if upstream is not None:
             await upstream.aclose()
@@ -770,8 +780,22 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--sandbox",
         default="local",
-        help="Harbor sandbox: local (default: bubblewrap, no Docker) or docker (the task's image "
-        "on a Docker daemon, $DOCKER_HOST or the default socket)",
+        help="Harbor sandbox: local (default: bubblewrap, no Docker), docker (the task's image "
+        "on a Docker daemon, $DOCKER_HOST or the default socket), or a cloud sandbox through "
+        "Harbor's own class: daytona, modal, e2b, runloop (their SDK and credentials; an agent "
+        "installed in the sandbox needs --public-url)",
+    )
+    r.add_argument(
+        "--public-url",
+        help="cloud sandboxes: the capture proxy's root URL as the remote sandbox reaches it "
+        "(a tunnel or ingress you forward to --proxy-listen)",
+    )
+    r.add_argument(
+        "--proxy-listen",
+        default="127.0.0.1:8700",
+        help="with --public-url: where this command serves the capture proxy (default "
+        "127.0.0.1:8700); only session keys open its data plane, its control plane needs the "
+        "admin key",
     )
     r.add_argument("--reward-key", help="which key of a multi-key reward.json is the reward")
     r.add_argument(

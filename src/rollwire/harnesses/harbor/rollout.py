@@ -95,13 +95,17 @@ def _without_lifespan(app: Any) -> Callable[..., Awaitable[None]]:
 
 @contextlib.asynccontextmanager
 async def serve_proxy(
-    proxy: CaptureProxy, host: str = "127.0.0.1", *, shutdown_grace_s: float = 1.0
+    proxy: CaptureProxy,
+    host: str = "127.0.0.1",
+    *,
+    port: int = 0,
+    shutdown_grace_s: float = 1.0,
 ) -> AsyncIterator[str]:
     """Serve a running proxy over real HTTP on an ephemeral ``host`` port; yields its root URL.
 
     Serve once and pass the URL as ``proxy_url`` to reuse one server across many rollouts.
     """
-    sock = bind(host, 0)
+    sock = bind(host, port)
     try:
         async with serving(_without_lifespan(proxy.app), sock, stop_on_exit=True) as server:
             # A call that an agent cut off (a timeout) may still wait on a slow engine: on exit
@@ -130,6 +134,7 @@ async def run_harbor_rollout(
     include_sequences: bool = False,
     sandbox: str = "local",
     install_agent: bool = True,
+    public_url: str | None = None,
 ) -> HarborRollout:
     """Run one trial of ``task`` (an entry or a task directory) with ``harness``; never raises.
 
@@ -143,6 +148,9 @@ async def run_harbor_rollout(
     (:data:`rollwire.harnesses.harbor.installs.PACKAGES`) is installed on first use and mounted
     into the sandbox in place of Harbor's installer; False leaves the agent to Harbor's
     ``install()`` (and to whatever ``environment_kwargs["mounts"]`` provide).
+    ``public_url``: for a cloud sandbox (``daytona``, ``modal``, ``e2b``, ``runloop``), the root
+    URL at which that sandbox reaches ``proxy``, served there by the caller; an agent that runs
+    inside the sandbox is pointed at it (terminus-2 runs here and needs none).
     """
     start = time.perf_counter()
     rollout_id = rollout_id or uuid.uuid4().hex
@@ -178,20 +186,34 @@ async def run_harbor_rollout(
                 f"RuntimeError: {exc}: build the CaptureProxy with upstream=... or serve it",
                 seam.name,
             )
-    sandbox_kwargs = {
-        "network": False,  # an agent in the sandbox reaches its session through a gate only
-        "owner": rollout_id,
-        **(environment_kwargs or {}),
-    }
     try:
-        import_path, sandbox_check = runnable_sandbox(sandbox)
+        runnable = runnable_sandbox(sandbox)
     except ValueError as exc:
         return refused(f"ValueError: {exc}", seam.name)
-    problem = await anyio.to_thread.run_sync(sandbox_check, sandbox_kwargs)
+    import_path = runnable.import_path
+    if runnable.remote:
+        # A cloud sandbox is Harbor's class as it is: no gate, no mounts, the network its
+        # service gives it. An agent inside it calls the proxy at the caller's public URL.
+        sandbox_kwargs = dict(environment_kwargs or {})
+        if seam.needs_llm and seam.sandbox_network and not public_url:
+            return refused(
+                f"ValueError: harness {seam.name!r} runs inside the {sandbox} sandbox and calls "
+                "the model from there: pass public_url (--public-url), the capture proxy's URL "
+                "as that sandbox reaches it",
+                seam.name,
+            )
+    else:
+        sandbox_kwargs = {
+            "network": False,  # an agent in the sandbox reaches its session through a gate only
+            "owner": rollout_id,
+            **(environment_kwargs or {}),
+        }
+    problem = await anyio.to_thread.run_sync(runnable.problem, sandbox_kwargs)
     if problem is not None:
         return refused(f"SandboxUnavailableError: {problem}", seam.name)
     agent_import: str | None = None
-    if install_agent and seam.name in installs.PACKAGES:
+    # A cloud sandbox cannot mount this host's installs: Harbor's own installer runs there.
+    if install_agent and not runnable.remote and seam.name in installs.PACKAGES:
         try:
             installed = await installs.ensure_installed(seam.name)
         except installs.AgentInstallError as exc:
@@ -211,7 +233,10 @@ async def run_harbor_rollout(
     try:
         async with contextlib.AsyncExitStack() as stack:
             endpoint: Endpoint | None = None
-            if capture is not None and seam.sandbox_network:
+            if capture is not None and seam.sandbox_network and runnable.remote:
+                assert public_url is not None
+                url = public_url
+            elif capture is not None and seam.sandbox_network:
                 # The agent calls from inside the sandbox: its one way out is a gate serving its
                 # own session's data plane in the sandbox's network namespace.
                 assert proxy is not None
@@ -278,6 +303,41 @@ async def run_harbor_rollout(
             return refused(f"{type(exc).__name__}: {exc}", seam.name)
 
 
+def trial_config(
+    task_path: Path,
+    seam: Seam,
+    endpoint: Endpoint | None,
+    *,
+    trials_dir: Path,
+    agent_kwargs: dict[str, Any] | None,
+    environment_kwargs: dict[str, Any],
+    import_path: str,
+    agent_import: str | None = None,
+    agent_timeout_sec: float | None = None,
+    verifier_timeout_sec: float | None = None,
+) -> TrialConfig:
+    """Harbor's ``TrialConfig`` for one rollout: pure, so what a sandbox that cannot run here
+    (a cloud one) would be given is checkable offline."""
+    return TrialConfig(
+        task=TaskConfig(path=task_path),
+        trials_dir=trials_dir,
+        agent=seam.agent_config(
+            endpoint,
+            kwargs=agent_kwargs,
+            timeout_sec=agent_timeout_sec,
+            import_path=agent_import,
+        ),
+        # Harbor hands the sandbox EnvironmentConfig.mounts (a "mounts" kwarg would be
+        # overwritten by it), so mounts travel there.
+        environment=EnvironmentConfig(
+            import_path=import_path,
+            kwargs={k: v for k, v in environment_kwargs.items() if k != "mounts"},
+            mounts=environment_kwargs.get("mounts") or None,
+        ),
+        verifier=VerifierConfig(override_timeout_sec=verifier_timeout_sec),
+    )
+
+
 async def _run_trial(
     task: TaskEntry | str | Path,
     label: str,
@@ -299,23 +359,17 @@ async def _run_trial(
     trial_dir: Path | None = None
     try:
         root = Path(trials_dir or os.environ.get(TRIALS_DIR_ENV) or _default_trials_dir())
-        config = TrialConfig(
-            task=TaskConfig(path=path),
+        config = trial_config(
+            path,
+            seam,
+            endpoint,
             trials_dir=root,
-            agent=seam.agent_config(
-                endpoint,
-                kwargs=agent_kwargs,
-                timeout_sec=agent_timeout_sec,
-                import_path=agent_import,
-            ),
-            # Harbor hands the sandbox EnvironmentConfig.mounts (a "mounts" kwarg would be
-            # overwritten by it), so mounts travel there.
-            environment=EnvironmentConfig(
-                import_path=import_path,
-                kwargs={k: v for k, v in environment_kwargs.items() if k != "mounts"},
-                mounts=environment_kwargs.get("mounts") or None,
-            ),
-            verifier=VerifierConfig(override_timeout_sec=verifier_timeout_sec),
+            agent_kwargs=agent_kwargs,
+            environment_kwargs=environment_kwargs,
+            import_path=import_path,
+            agent_import=agent_import,
+            agent_timeout_sec=agent_timeout_sec,
+            verifier_timeout_sec=verifier_timeout_sec,
         )
         trial_dir = root / config.trial_name
         async with environ_scope(seam, endpoint):

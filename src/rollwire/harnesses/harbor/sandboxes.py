@@ -711,14 +711,47 @@ def _docker_problem(environment_kwargs: dict[str, Any]) -> str | None:
     return docker_problem(environment_kwargs.get("docker_host"))
 
 
-# name -> (the environment class, why it cannot run here given the environment kwargs)
-RUNNABLE: dict[str, tuple[str, Callable[[dict[str, Any]], str | None]]] = {
-    LOCAL: (LOCAL_IMPORT_PATH, _local_problem),
-    "docker": (DOCKER_IMPORT_PATH, _docker_problem),
+def _remote_problem(name: str) -> Callable[[dict[str, Any]], str | None]:
+    """A cloud sandbox's problem: its SDK, its credentials (Harbor's own preflight), its class;
+    nothing calls the service."""
+
+    def problem(environment_kwargs: dict[str, Any]) -> str | None:
+        (status,) = available_sandboxes([name])
+        return None if status.available else status.reason
+
+    return problem
+
+
+class Runnable(NamedTuple):
+    """A sandbox rollouts run in: its environment class and why it cannot run here."""
+
+    import_path: str
+    problem: Callable[[dict[str, Any]], str | None]
+    # Runs elsewhere (a cloud service): no gate, no host mounts; an agent inside it reaches the
+    # capture proxy at a public URL the caller serves it on.
+    remote: bool = False
+
+
+#: Cloud sandboxes run through Harbor's own environment classes (rollwire adds no code there).
+REMOTE_SANDBOXES: dict[str, str] = {
+    "daytona": "harbor.environments.daytona:DaytonaEnvironment",
+    "modal": "harbor.environments.modal:ModalEnvironment",
+    "e2b": "harbor.environments.e2b:E2BEnvironment",
+    "runloop": "harbor.environments.runloop:RunloopEnvironment",
+}
+
+# name -> (the environment class, why it cannot run here given the environment kwargs, remote)
+RUNNABLE: dict[str, Runnable] = {
+    LOCAL: Runnable(LOCAL_IMPORT_PATH, _local_problem),
+    "docker": Runnable(DOCKER_IMPORT_PATH, _docker_problem),
+    **{
+        name: Runnable(path, _remote_problem(name), remote=True)
+        for name, path in REMOTE_SANDBOXES.items()
+    },
 }
 
 
-def runnable_sandbox(name: str) -> tuple[str, Callable[[dict[str, Any]], str | None]]:
+def runnable_sandbox(name: str) -> Runnable:
     """The import path and problem check of a sandbox rollouts run in; ValueError otherwise."""
     entry = RUNNABLE.get(name)
     if entry is None:
