@@ -416,7 +416,11 @@ class Behavior:
     scripted_replies: list[str] = field(default_factory=list)
     """Reply texts consumed one per successful chat request, in order (``n`` choices all get the
     same text). Each is tokenised by the toy tokenizer as usual, plus EOS; while any are left
-    they replace the generated text and any tool call. An empty list: the usual replies."""
+    they replace the generated text and any tool call. An empty list: the usual replies. On chat
+    with ``tools`` offered (``tool_choice`` not ``"none"``), a reply that is exactly one
+    ``<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`` block (as
+    :func:`tool_call_text` writes it) is parsed into ``tool_calls``, as vLLM's hermes parser
+    does."""
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -567,6 +571,32 @@ def _schema_arguments(tool: Mapping[str, Any], rng: random.Random) -> dict[str, 
         else:
             args[name] = rng.choice(ARG_WORDS)
     return args
+
+
+_SCRIPTED_CALL_RE = re.compile(r"<tool_call>\n(.*)\n</tool_call>", re.DOTALL)
+
+
+def _scripted_tool_call(text: str) -> dict[str, Any] | None:
+    """The tool call a scripted reply spells, if it is exactly one hermes ``<tool_call>`` block
+    with a JSON ``{"name", "arguments"}`` payload (arguments re-serialised as vLLM's hermes
+    parser does); else None (the reply stays text)."""
+    m = _SCRIPTED_CALL_RE.fullmatch(text)
+    if m is None or "<tool_call>" in m.group(1):
+        return None
+    try:
+        payload = json.loads(m.group(1))
+    except ValueError:
+        return None
+    if not isinstance(payload, dict) or not isinstance(payload.get("name"), str):
+        return None
+    return {
+        "id": f"chatcmpl-tool-{_hex16()}",
+        "type": "function",
+        "function": {
+            "name": payload["name"],
+            "arguments": json.dumps(payload.get("arguments", {}), ensure_ascii=False),
+        },
+    }
 
 
 def _hex16() -> str:
@@ -754,6 +784,7 @@ class FakeVLLM:
         plan: _ToolPlan | None,
         index: int,
         scripted: str | None = None,
+        parse_tool_call: bool = False,
     ) -> _Choice:
         tok = self.tokenizer
         b = self.behavior
@@ -764,6 +795,7 @@ class FakeVLLM:
         if scripted is not None:
             plan = None
             ids = tok.encode(scripted)
+            tool_call = _scripted_tool_call(scripted) if parse_tool_call else None
         elif plan is not None:
             arguments = json.dumps(_schema_arguments(plan.tool, rng), ensure_ascii=False)
             tool_call = {
@@ -1226,10 +1258,11 @@ class FakeVLLM:
         params = self._params(body, len(prompt_ids))
 
         scripted = b.scripted_replies.pop(0) if b.scripted_replies and not b.no_choices else None
+        parse = bool(body.get("tools")) and body.get("tool_choice") != "none"
         choices = (
             []
             if b.no_choices
-            else [self._generate(prompt_ids, params, plan, i, scripted) for i in range(n)]
+            else [self._generate(prompt_ids, params, plan, i, scripted, parse) for i in range(n)]
         )
         outcomes = [self._outcome(c, sglang) for c in choices]
         return_ids = bool(body.get("return_token_ids")) and not b.ignore_return_token_ids

@@ -72,6 +72,7 @@ class AgentPackage:
     version: str  # pinned: an install is reproducible and cached by it
     binaries: tuple[str, ...]  # the executables the agent's Harbor commands call
     notes: str = ""
+    start_check: str = "--version"  # what the start check passes binaries[0] (exit 0: it starts)
 
     @property
     def spec(self) -> str:
@@ -90,9 +91,16 @@ def _npm(harness: str, package: str, version: str, *binaries: str, notes: str = 
 
 
 def _pypi(
-    harness: str, package: str, version: str, *binaries: str, notes: str = ""
+    harness: str,
+    package: str,
+    version: str,
+    *binaries: str,
+    notes: str = "",
+    start_check: str = "--version",
 ) -> AgentPackage:
-    return AgentPackage(harness, "pypi", package, version, binaries or (harness,), notes)
+    return AgentPackage(
+        harness, "pypi", package, version, binaries or (harness,), notes, start_check
+    )
 
 
 PACKAGES: dict[str, AgentPackage] = {
@@ -103,7 +111,15 @@ PACKAGES: dict[str, AgentPackage] = {
         _npm("gemini-cli", "@google/gemini-cli", "0.61.0", "gemini"),
         _npm("qwen-coder", "@qwen-code/qwen-code", "0.24.4", "qwen"),
         _npm("opencode", "opencode-ai", "1.18.33", "opencode"),
-        _pypi("mini-swe-agent", "mini-swe-agent", "2.4.6", "mini", "mini-swe-agent"),
+        # No --version flag (exit 2); --help is Harbor's own check after its install.
+        _pypi(
+            "mini-swe-agent",
+            "mini-swe-agent",
+            "2.4.6",
+            "mini-swe-agent",
+            "mini",
+            start_check="--help",
+        ),
         _pypi("aider", "aider-chat", "0.86.2", "aider"),
     )
 }
@@ -360,7 +376,7 @@ def installed_here(harness: str, root: Path | None = None) -> Installed | None:
 async def _prepared_install(self: Any, environment: Any) -> None:
     """Replaces Harbor's ``install()``: the agent is already mounted; check that it starts."""
     package: AgentPackage = type(self).ROLLWIRE_PACKAGE
-    command = f". ~/.nvm/nvm.sh && {shlex.quote(package.binaries[0])} --version"
+    command = f". ~/.nvm/nvm.sh && {shlex.quote(package.binaries[0])} {package.start_check}"
     result = await environment.exec(command=command, timeout_sec=120)
     if result.return_code != 0:
         raise RuntimeError(

@@ -102,6 +102,8 @@ class Seam:
     unavailable: str | None = None  # a reason that holds whatever is installed
     notes: str = ""
     agent_kwargs: Mapping[str, Any] = field(default_factory=dict)  # AgentConfig.kwargs defaults
+    # Fixed settings the agent runs with (AgentConfig.env), besides its base URL and key.
+    env: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def needs_llm(self) -> bool:
@@ -138,7 +140,8 @@ class Seam:
 
     def environ(self, endpoint: Endpoint) -> dict[str, str]:
         """What the agent must find in its environment: the base URL and the session key."""
-        out = dict.fromkeys(self.base_url_env, endpoint.base(self.base_url_suffix))
+        out = dict(self.env)
+        out.update(dict.fromkeys(self.base_url_env, endpoint.base(self.base_url_suffix)))
         out.update(dict.fromkeys(self.api_key_env, endpoint.api_key))
         return out
 
@@ -241,6 +244,9 @@ def _installed(
     config_file: str | None = None,
     base_url_suffix: str = "/v1",
     notes: str = "",
+    env: Mapping[str, str] | None = None,
+    validated: bool = False,
+    agent_kwargs: Mapping[str, Any] | None = None,
 ) -> Seam:
     return Seam(
         name=name,
@@ -255,7 +261,10 @@ def _installed(
         # it runs: serialise, and make os.environ say the same as the config for the whole run.
         reads_environ=True,
         sandbox_network=True,
+        validated=validated,
         notes=f"{notes}; {_INSTALLED_NOTE}" if notes else _INSTALLED_NOTE,
+        env=dict(env or {}),
+        agent_kwargs=dict(agent_kwargs or {}),
     )
 
 
@@ -339,14 +348,43 @@ SEAMS: dict[str, Seam] = {
             base_url_env=("GOOGLE_GEMINI_BASE_URL",),
             api_key_env=("GEMINI_API_KEY",),
             base_url_suffix="",
+            validated=True,
+            notes=(
+                "measured (tests/harbor/test_agent_gemini_cli.py): @google/gemini-cli (0.61.0) "
+                "from npm on the Node from PyPI, mounted read-only; no post-install step (run() "
+                "writes ~/.gemini/settings.json itself, auth pinned to gemini-api-key since the "
+                "key is set); it asks for topP 0.95 / topK 64 (forced to 1.0 / -1, WARN "
+                "findings) and offers 15 function tools, "
+                "google_web_search and web_fetch among them (plain declarations, no network to "
+                "use them). count-errors against the fake engine: 2 calls captured in the google "
+                "dialect (run_shell_command, then the answer), one linked sequence, reward 1.0, "
+                "its session file converted to an ATIF trajectory that matches the capture"
+            ),
         ),
         _installed(
             "opencode",
             "harbor.agents.installed.opencode:OpenCode",
-            "chat",
+            # opencode's "openai" provider always calls sdk.responses(model): openai/<model>
+            # speaks the Responses API (an @ai-sdk/openai-compatible npm override fails with
+            # "Z.responses is not a function").
+            "responses",
             api_key_env=("OPENAI_API_KEY",),
             config_file="~/.config/opencode/opencode.json (provider options.baseURL)",
-            notes="Harbor's wrapper writes the base URL into opencode.json",
+            # No models.dev fetch (no network; opencode falls back to its bundled catalogue).
+            env={"OPENCODE_DISABLE_MODELS_FETCH": "1"},
+            # Its title agent asks the model for a session title: a second conversation that
+            # the task's reward says nothing about.
+            agent_kwargs={"opencode_config": {"agent": {"title": {"disable": True}}}},
+            validated=True,
+            notes=(
+                "measured (tests/harbor/test_agent_opencode.py): opencode-ai 1.18.33 from npm "
+                "(a ~350 MB native binary, x64 and x64-baseline builds; Harbor's install() needs "
+                "nvm and nodejs.org) starts in the local sandbox; Harbor's wrapper writes the "
+                "proxy's URL into ~/.config/opencode/opencode.json and passes openai/<model>, "
+                "which opencode always sends to the Responses API; with its title agent off it "
+                "solves count-errors against the fake engine (reward 1.0): 2 calls captured in "
+                "the responses dialect, one root, one trainable sequence, ATIF match"
+            ),
         ),
         _installed(
             "goose",
@@ -362,6 +400,21 @@ SEAMS: dict[str, Seam] = {
             "chat",
             base_url_env=("OPENAI_BASE_URL", "OPENAI_API_BASE"),
             api_key_env=("MSWEA_API_KEY", "OPENAI_API_KEY"),
+            # litellm's bundled cost map: no fetch from raw.githubusercontent.com (~7 s of retries).
+            env={"LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+            validated=True,
+            notes=(
+                "measured (tests/harbor/test_agent_mini_swe_agent.py): mini-swe-agent (2.4.6) from "
+                "PyPI in a venv of the host's python3 (3.11), mounted read-only; Harbor's install() "
+                "fetches uv from astral.sh (unreachable); it has no --version, so the start check "
+                "is --help (Harbor's own); no post-install step. run() passes -c "
+                "model.model_kwargs.api_base=<gate>/v1 and model openai/<model>; litellm sends "
+                "chat completions with one bash tool. count-errors against the fake engine "
+                "(scripted hermes tool calls: the grep, then echo "
+                "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT): 2 calls captured in the chat dialect, "
+                "one linked sequence, reward 1.0, exit Submitted, its trajectory converted to an "
+                "ATIF trajectory that matches the capture"
+            ),
         ),
         _installed(
             "openhands",
@@ -376,6 +429,18 @@ SEAMS: dict[str, Seam] = {
             "chat",
             base_url_env=("OPENAI_BASE_URL",),
             api_key_env=("OPENAI_API_KEY",),
+            validated=True,
+            notes=(
+                "measured (tests/harbor/test_agent_qwen_code.py): @qwen-code/qwen-code (0.24.4) "
+                "from npm on the Node from PyPI, mounted read-only; no post-install step (run() "
+                "passes --auth-type openai, the base URL and key as flags and writes no config "
+                "unless given settings or MCP servers); its bundled ripgrep ships without the "
+                "exec bit (EACCES; it falls back to its built-in grep). It offers 14 function "
+                "tools (its `agent` tool starts background subagents) and makes no side calls. "
+                "count-errors against the fake engine: 2 calls captured in the chat dialect "
+                "(run_shell_command, then the answer), one linked sequence, reward 1.0, its "
+                "--chat-recording converted to an ATIF trajectory that matches the capture"
+            ),
         ),
         _installed(
             "aider",
@@ -383,6 +448,30 @@ SEAMS: dict[str, Seam] = {
             "chat",
             base_url_env=("OPENAI_BASE_URL",),
             api_key_env=("OPENAI_API_KEY",),
+            validated=True,
+            notes=(
+                "measured (tests/harbor/test_agent_aider.py): Harbor's install() pipes "
+                "aider.chat's install.sh into sh, unreachable here; aider-chat 0.86.2 (PyPI) in a "
+                "venv of /usr/bin/python3 (3.11), mounted; run() needs nothing from install(): "
+                "it writes the proxy's URL into a --model-settings-file (litellm api_base) and "
+                "the key reaches litellm as OPENAI_API_KEY. `aider --yes --message` talks "
+                "openai/<model> through the chat dialect, no tools: it applies the file edits "
+                "its reply spells out (whole-file format for an unknown model) and never runs "
+                "a shell command (--yes answers no to those). count-errors against the fake "
+                "engine: 1 call captured, one linked sequence, reward 1.0 (the scripted reply "
+                "writes the count). With auto-commits on, a second call (the commit message) "
+                "would be a second root. No ATIF: aider writes only a markdown chat history"
+            ),
+            # Auto-commits ask the model for each commit message: a second conversation that
+            # the task's reward says nothing about. No update check, no analytics (its --yes
+            # would opt a fresh home into them one time in ten) and litellm's bundled cost map
+            # (its fetch of the remote one costs ~9 s here): the sandbox has no network.
+            env={
+                "AIDER_AUTO_COMMITS": "false",
+                "AIDER_CHECK_UPDATE": "false",
+                "AIDER_ANALYTICS": "false",
+                "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            },
         ),
     )
 }
