@@ -142,3 +142,38 @@ async def test_an_agent_in_a_container_reaches_its_session_and_nothing_else(
     assert proxy.sessions.get(other).n_calls == 0
     assert out.result.sandbox == "docker"
     assert out.document is not None and out.document.stats.turns == 1
+
+
+@pytest.mark.anyio
+async def test_an_installed_agent_solves_a_task_in_a_container_through_its_gate(
+    proxy, fake, tmp_path
+):
+    """gemini-cli, installed by rollwire on this host (npm, on the Node from PyPI), mounted
+    read-only into a debian:bookworm-slim container that has no Node of its own, calls its
+    session through the gate in the container's network namespace and solves count-errors."""
+    import shutil
+
+    from tests.harbor.test_agent_gemini_cli import POLICY
+
+    task = tmp_path / "count-errors"
+    shutil.copytree(ROOT / "examples" / "tasks" / "count-errors", task)
+    dockerfile = task / "environment" / "Dockerfile"
+    dockerfile.write_text(
+        dockerfile.read_text().replace("FROM python:3.12-slim", "FROM debian:bookworm-slim")
+    )
+    fake.behavior.scripted_replies = list(POLICY)
+    out = await run_harbor_rollout(
+        task,
+        harness="gemini-cli",
+        proxy=proxy,
+        trials_dir=tmp_path / "trials",
+        agent_timeout_sec=120,
+        sandbox="docker",
+    )
+    result = out.result
+    assert result.ok, (result.error, [f.message for f in result.findings], out.agent_log_tail)
+    assert result.sandbox == "docker" and result.reward == 1.0
+    assert fake.stats["ok"] == len(POLICY) and result.n_turns == 2
+    doc = out.document
+    assert doc is not None and {t.dialect for t in doc.turns} == {"google"}
+    assert doc.stats.roots == 1 and doc.stats.trainable_sequences == 1
