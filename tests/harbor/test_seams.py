@@ -144,8 +144,10 @@ def test_installed_seams_match_what_harbors_wrapper_reads(seam, monkeypatch, tmp
     base = ENDPOINT.base(seam.base_url_suffix)
     assert connection.api_key == ENDPOINT.api_key
     assert connection.execution_base_url == base
+    # A class that refuses base_url (cline-cli) gets the URL in its env, as the sandbox sees it.
+    delivered = connection.env if config.base_url is not None else agent.extra_env
     for name in seam.base_url_env:
-        assert connection.env.get(name) == base, (name, connection.env)
+        assert delivered.get(name) == base, (name, delivered)
     assert OPERATOR_KEY not in connection.env.values()
     assert set(seam.api_key_env) <= set(config.env)
     assert seam.reads_environ and seam.sandbox_network

@@ -110,6 +110,7 @@ PACKAGES: dict[str, AgentPackage] = {
         _npm("codex", "@openai/codex", "0.171.0", "codex"),
         _npm("gemini-cli", "@google/gemini-cli", "0.61.0", "gemini"),
         _npm("qwen-coder", "@qwen-code/qwen-code", "0.24.4", "qwen"),
+        _npm("cline-cli", "cline", "3.0.65", "cline"),
         _npm("opencode", "opencode-ai", "1.18.33", "opencode"),
         # No --version flag (exit 2); --help is Harbor's own check after its install.
         _pypi(
@@ -121,6 +122,7 @@ PACKAGES: dict[str, AgentPackage] = {
             start_check="--help",
         ),
         _pypi("aider", "aider-chat", "0.86.2", "aider"),
+        _npm("pi", "@earendil-works/pi-coding-agent", "1.6.0", "pi"),
     )
 }
 
@@ -387,8 +389,28 @@ async def _prepared_install(self: Any, environment: Any) -> None:
         await hook(self, environment)
 
 
+async def _cline_endpoint(agent: Any, environment: Any) -> None:
+    """cline-cli: store the proxy as the endpoint of cline's ``openai`` provider.
+
+    Harbor's ``ClineCli`` takes no base URL (its ``run()`` passes only ``-P openai -k -m``) and
+    cline reads none from its environment: an OpenAI-compatible endpoint lives in
+    ``~/.cline/data/settings/providers.json``. cline's own ``cline auth`` writes it there, from
+    the connection Harbor resolved (the seam's ``OPENAI_BASE_URL`` and the session key)."""
+    connection = agent.model_connection
+    if not connection.execution_base_url or not connection.api_key:
+        raise RuntimeError("cline-cli: no base URL or key resolved to store in providers.json")
+    provider, model = agent._parse_model_name(agent.model_name)
+    command = (
+        f". ~/.nvm/nvm.sh && cline auth -p {shlex.quote(provider)} -m {shlex.quote(model)} "
+        f'-b {shlex.quote(connection.execution_base_url)} -k "$API_KEY"'
+    )
+    await agent.exec_as_agent(environment, command=command, env={"API_KEY": connection.api_key})
+
+
 #: Steps of an agent's Harbor ``install()`` that its ``run()`` relies on, beyond fetching it.
-POST_INSTALL: dict[str, tuple[Callable[[Any, Any], Any], ...]] = {}
+POST_INSTALL: dict[str, tuple[Callable[[Any, Any], Any], ...]] = {
+    "cline-cli": (_cline_endpoint,),
+}
 
 _CLASSES: dict[str, type] = {}
 

@@ -179,8 +179,16 @@ class Seam:
             named: dict[str, Any] = (
                 {"import_path": import_path} if import_path is not None else {"name": self.name}
             )
+            # A class that refuses the base_url override (cline-cli) gets the URL from env alone.
+            capabilities = getattr(import_agent_class(self.harbor_class), "capabilities", None)
+            accepts_base_url = getattr(capabilities, "base_url", True)
             return AgentConfig(
-                **named, model_name=model, base_url=base, env=env, kwargs=merged, **common
+                **named,
+                model_name=model,
+                base_url=base if accepts_base_url else None,
+                env=env,
+                kwargs=merged,
+                **common,
             )
         cls = import_agent_class(self.harbor_class)
         overridable = getattr(cls, "MODEL_CONNECTION", None) is not None
@@ -443,6 +451,34 @@ SEAMS: dict[str, Seam] = {
             ),
         ),
         _installed(
+            "cline-cli",
+            "harbor.agents.installed.cline:ClineCli",
+            # -P openai is cline's openai-compatible provider: chat completions, streamed.
+            "chat",
+            # Harbor's ClineCli refuses base_url and cline reads no URL variable: Harbor's resolver
+            # takes OPENAI_BASE_URL as the user-supplied endpoint, and the post-install hook
+            # stores it with `cline auth` (rollwire.harnesses.harbor.installs._cline_endpoint).
+            base_url_env=("OPENAI_BASE_URL",),
+            api_key_env=("OPENAI_API_KEY", "API_KEY"),
+            config_file="~/.cline/data/settings/providers.json (openai-compatible baseUrl)",
+            # Its npm self-update check at start: no network in the sandbox.
+            env={"CLINE_NO_AUTO_UPDATE": "1"},
+            validated=True,
+            notes=(
+                "measured (tests/harbor/test_agent_cline.py): cline 3.0.65 from npm (a Node "
+                "launcher and a ~150 MB Bun-compiled linux-x64 binary; Harbor's install() needs "
+                "apt, nvm and nodejs.org) on the Node from PyPI, mounted read-only; its class "
+                "refuses base_url, so no AgentConfig.base_url: a post-install `cline auth -p "
+                "openai -b <gate>/v1` stores the URL for run()'s -P openai (cline's "
+                "openai-compatible provider, streamed chat completions). It offers 4 function "
+                "tools (read_files, run_commands, editor, submit_and_exit) and ends a run only on "
+                "submit_and_exit (a text-only reply is answered by a [SYSTEM] nudge). "
+                "count-errors against the fake engine: 2 calls captured in the chat dialect "
+                "(run_commands, then submit_and_exit), one linked sequence, reward 1.0, its "
+                "session's messages.json converted to an ATIF trajectory that matches the capture"
+            ),
+        ),
+        _installed(
             "aider",
             "harbor.agents.installed.aider:Aider",
             "chat",
@@ -472,6 +508,34 @@ SEAMS: dict[str, Seam] = {
                 "AIDER_ANALYTICS": "false",
                 "LITELLM_LOCAL_MODEL_COST_MAP": "True",
             },
+        ),
+        _installed(
+            "pi",
+            "harbor.agents.installed.pi:Pi",
+            "chat",
+            # No URL variable: Harbor's resolver hands the base URL to run(), which writes it into
+            # models.json (pi reads no OPENAI_BASE_URL for its custom provider).
+            api_key_env=("OPENAI_API_KEY",),
+            config_file="$PI_CODING_AGENT_DIR/models.json (provider harbor-endpoint baseUrl)",
+            # Harbor's Pi takes a base URL only with an API style: openai-completions is chat.
+            agent_kwargs={"model_api": "openai-completions"},
+            # No model-catalogue refresh or version check from pi.dev, no install telemetry:
+            # the sandbox has no network.
+            env={"PI_OFFLINE": "1", "PI_SKIP_VERSION_CHECK": "1", "PI_TELEMETRY": "0"},
+            validated=True,
+            notes=(
+                "measured (tests/harbor/test_agent_pi.py): @earendil-works/pi-coding-agent 1.6.0 "
+                "(the package's name since 0.74; @mariozechner/ before; Node >=22.19) from npm "
+                "on the Node from PyPI, mounted read-only; Harbor's install() needs nvm and "
+                "nodejs.org; no post-install step (run() writes models.json under "
+                "/tmp/harbor-pi-agent itself, apiKey $OPENAI_API_KEY). Without model_api Harbor "
+                "drops the base URL (can_configure_base_url=False). pi --print --mode json offers "
+                "4 function tools (read, bash, edit, write), asks only max_completion_tokens "
+                "(no findings) and makes no side calls. count-errors against the fake engine: "
+                "2 calls captured in the chat dialect (bash, then the answer), one linked "
+                "sequence, reward 1.0, its session file converted to an ATIF trajectory that "
+                "matches the capture"
+            ),
         ),
     )
 }
