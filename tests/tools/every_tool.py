@@ -78,7 +78,7 @@ async def exercise_every_tool(client: Client, llm_url: str, slow_task: str) -> N
         read = await client.read_resource(f"rollout://{held['rollout_id']}/{kind}")
         assert json.loads(read.contents[0].text)
 
-    out_dir = str(Path(slow_task.split(":", 1)[1].split("#")[0]).parent / "collection")
+    out_dir = "every-tool"  # a name inside the server's --data-dir
     collected = (
         await client.call_tool(
             "collect_episodes",

@@ -146,6 +146,36 @@ async def test_collect_and_push_bad_input_are_tool_errors(client, fake_url):
     assert (await c.call_tool("list_tasks", {"limit": 1})).structured_content  # still serving
 
 
+ESCAPES = ["../escape", "a/../../escape", "/tmp/rollwire-not-the-data-dir", ".", "link/inside"]
+
+
+@pytest.mark.parametrize("out_dir", ESCAPES)
+async def test_an_out_dir_that_resolves_outside_the_data_dir_is_a_tool_error_naming_it(
+    client, fake_url, tmp_path, out_dir
+):
+    c, state = client
+    state.data_dir.mkdir(parents=True, exist_ok=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (state.data_dir / "link").symlink_to(outside)  # a symlink that leads out
+    args = {"out_dir": out_dir, "episodes": 1, "tasks": ["reasoning_gym:chain_sum"]}
+    result = await c.call_tool("collect_episodes", {**args, "llm": fake_url})
+    assert result.is_error and "out_dir: " in result.content[0].text, result.content
+    pushed = await c.call_tool("push_dataset", {"out_dir": out_dir, "repo_id": REPO})
+    assert pushed.is_error and "out_dir: " in pushed.content[0].text
+    assert not any(outside.iterdir()) and not (tmp_path / "escape").exists()
+    assert sorted(p.name for p in state.data_dir.iterdir()) == ["link"]  # nothing written
+
+
+async def test_an_absolute_out_dir_inside_the_data_dir_is_accepted(client, fake_url):
+    c, state = client
+    inside = state.data_dir.resolve() / "abs"
+    args = {"out_dir": str(inside), "episodes": 1, "tasks": ["reasoning_gym:chain_sum"]}
+    done = await c.call_tool("collect_episodes", {**args, "llm": fake_url})
+    assert not done.is_error, done.content
+    assert (inside / "manifest.json").exists()
+
+
 def test_cli_collect_export_and_push_dry_run(fake_url, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     out = tmp_path / "c"

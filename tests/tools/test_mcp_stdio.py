@@ -36,7 +36,7 @@ def server_params(tmp_path: Path) -> StdioServerParameters:
     }
     return StdioServerParameters(
         command=sys.executable,
-        args=["-m", "rollwire", "serve", "--stdio"],
+        args=["-m", "rollwire", "serve", "--stdio", "--data-dir", str(tmp_path / "collections")],
         env=env,
         cwd=str(ROOT),
     )

@@ -90,9 +90,22 @@ class ServerState:
     _stack: contextlib.AsyncExitStack | None = None
 
     def data_path(self, out_dir: str) -> Path:
-        """Where a collection named ``out_dir`` lives (relative paths under ``data_dir``)."""
-        path = Path(out_dir).expanduser()
-        return path if path.is_absolute() else self.data_dir / path
+        """Where a collection named ``out_dir`` lives: always inside ``data_dir``.
+
+        Relative names are taken under ``data_dir``; an absolute path must already be inside
+        it. The path is resolved first (``..`` and symlinks followed), so neither can lead out:
+        a path that resolves elsewhere, or to ``data_dir`` itself, is a ``ToolError`` naming
+        ``out_dir``. Clients name collections; only the operator (``--data-dir``) names where
+        they may be written."""
+        root = self.data_dir.expanduser().resolve()
+        given = Path(out_dir).expanduser()
+        path = (given if given.is_absolute() else root / given).resolve()
+        if root not in path.parents:
+            raise ToolError(
+                f"out_dir: {out_dir!r} resolves to {path}, which is not inside the data "
+                f"directory {root} (--data-dir): name a directory inside it"
+            )
+        return path
 
     async def __aenter__(self) -> ServerState:
         async with contextlib.AsyncExitStack() as stack:
@@ -416,8 +429,9 @@ def build_server(state: ServerState | None = None) -> MCPServer:
 
         tasks: task references (as run_rollout's task), or dataset: a Harbor dataset with
         task_glob over its task names. episodes: how many in all; group_size samples share one
-        task instance (a GRPO group, same group_id). out_dir: a directory name (relative paths
-        are under the server's data directory); it holds episodes.jsonl (kept episodes with
+        task instance (a GRPO group, same group_id). out_dir: a directory name inside the server's
+        data directory (anything that resolves outside it, by .. or a symlink, is refused); it
+        holds episodes.jsonl (kept episodes with
         token arrays), failures.jsonl, filtered.jsonl and manifest.json. Calling again with the
         same arguments resumes: written episodes are skipped, never duplicated; a larger
         `episodes` extends the collection. min_reward / trainable_only filter what is kept.
