@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from rollwire.harnesses.harbor import installs
+from rollwire.harnesses.harbor.datasets import resolve_dataset
 from rollwire.harnesses.harbor.installs import (
     PACKAGES,
     AgentInstallError,
@@ -22,6 +23,7 @@ from rollwire.harnesses.harbor.installs import (
     ensure_installed,
     installed_here,
 )
+from rollwire.harnesses.harbor.rollout import run_harbor_rollout
 from tests.harbor.helpers import EXAMPLES, running
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -127,3 +129,15 @@ def test_agents_install_names_an_unknown_agent():
         timeout=120,
     )
     assert out.returncode == 2 and "no-such-agent" in out.stderr and "aider" in out.stderr
+
+
+@pytest.mark.parametrize("harness", ["goose", "openhands"])
+async def test_an_agent_rollwire_cannot_install_is_refused_in_a_local_sandbox_naming_why(
+    harness, proxy
+):
+    out = await run_harbor_rollout(
+        resolve_dataset(EXAMPLES).task("count-errors"), harness=harness, proxy=proxy
+    )
+    assert not out.result.ok and out.result.n_turns == 0
+    assert "no npm or PyPI install" in (out.result.error or "")
+    assert "cloud sandbox" in (out.result.error or "")

@@ -212,6 +212,19 @@ async def run_harbor_rollout(
     if problem is not None:
         return refused(f"SandboxUnavailableError: {problem}", seam.name)
     agent_import: str | None = None
+    if (
+        install_agent
+        and seam.kind == "installed"
+        and not runnable.remote
+        and seam.name not in installs.PACKAGES
+    ):
+        return refused(
+            f"ValueError: harness {seam.name!r} has no npm or PyPI install in rollwire's table "
+            f"({', '.join(installs.PACKAGES)}), and Harbor's own installer needs the internet, "
+            f"which the {sandbox} sandbox does not give an agent: run it in a cloud sandbox, or "
+            "mount an install yourself (install_agent=False, environment_kwargs['mounts'])",
+            seam.name,
+        )
     # A cloud sandbox cannot mount this host's installs: Harbor's own installer runs there.
     if install_agent and not runnable.remote and seam.name in installs.PACKAGES:
         try:

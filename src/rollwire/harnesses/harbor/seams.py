@@ -236,6 +236,10 @@ def import_agent_class(path: str) -> type:
 
 
 _UNSERVED = "speaks the {dialect} dialect, which rollwire's proxy does not serve"
+_HARBOR_INSTALL_ONLY = (
+    "not installed by rollwire (no npm or PyPI package in its table): Harbor's own installer "
+    "fetches it from the internet, so it runs in a cloud sandbox and is refused in local and docker"
+)
 _INSTALLED_NOTE = (
     "installed inside the sandbox at setup and reaches the proxy through the sandbox's gate "
     "(its capture session's data plane on the sandbox's loopback; no other network)"
@@ -322,14 +326,15 @@ SEAMS: dict[str, Seam] = {
             "responses",
             base_url_env=("OPENAI_BASE_URL",),
             api_key_env=("OPENAI_API_KEY", "CODEX_API_KEY"),
+            validated=True,
             notes=(
                 "measured (tests/harbor/test_real_agents.py): Harbor's install() needs "
-                "raw.githubusercontent.com (nvm) and nodejs.org, unreachable here; `npm install -g "
-                "--prefix` of @openai/codex (0.171.0) inside the sandbox works in ~6 s with "
-                "NODE_EXTRA_CA_CERTS, mounted so ~/.nvm/nvm.sh puts it on PATH; codex then tries "
-                "the Responses WebSocket (proxy: 403), falls back to HTTPS and runs count-errors "
-                "against the fake engine through the Responses dialect (its namespace tools "
-                "flattened, web_search dropped): 2 calls captured, one linked sequence"
+                "raw.githubusercontent.com (nvm) and nodejs.org, unreachable here; @openai/codex "
+                "0.171.0 from npm on the Node from PyPI, mounted read-only (~/.nvm/nvm.sh puts it "
+                "on PATH); codex tries the Responses WebSocket (refused at once), falls back to "
+                "HTTPS and runs count-errors against the fake engine through the Responses dialect "
+                "(its namespace tools flattened, web_search dropped): 2 calls captured, one "
+                "linked sequence"
             ),
         ),
         _installed(
@@ -339,14 +344,15 @@ SEAMS: dict[str, Seam] = {
             base_url_env=("ANTHROPIC_BASE_URL",),
             api_key_env=("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"),
             base_url_suffix="",  # the Anthropic SDK appends /v1/messages itself
+            validated=True,
             notes=(
                 "measured (tests/harbor/test_real_agents.py): Harbor's install() pipes "
-                "downloads.claude.ai's bootstrap.sh into bash, unreachable here; `npm install -g "
-                "--prefix ~/.local` of @anthropic-ai/claude-code (2.1.197) inside the sandbox "
-                "works in ~4 s with NODE_EXTRA_CA_CERTS; run that way (the install mounted where "
-                "Harbor's check looks) it completes count-errors against the fake engine through "
-                "the Anthropic dialect, its calls captured (its system reminders arrive as role "
-                "'system' messages, kept in place). Harbor's own install path does not work here"
+                "downloads.claude.ai's bootstrap.sh into bash, unreachable here; "
+                "@anthropic-ai/claude-code 2.1.197 from npm on the Node from PyPI, mounted "
+                "read-only (~/.local/bin/claude, where Harbor's check looks); it completes "
+                "count-errors against the fake engine through the Anthropic dialect, its calls "
+                "captured and linked (its system reminders arrive as role 'system' messages, "
+                "kept in place); an output cap beyond the engine's context is clamped by the proxy"
             ),
         ),
         _installed(
@@ -401,6 +407,7 @@ SEAMS: dict[str, Seam] = {
             base_url_env=("OPENAI_HOST",),
             api_key_env=("OPENAI_API_KEY",),
             base_url_suffix="",  # goose appends OPENAI_BASE_PATH (v1/chat/completions)
+            notes=_HARBOR_INSTALL_ONLY,
         ),
         _installed(
             "mini-swe-agent",
@@ -430,6 +437,7 @@ SEAMS: dict[str, Seam] = {
             "chat",
             base_url_env=("LLM_BASE_URL",),
             api_key_env=("LLM_API_KEY",),
+            notes=_HARBOR_INSTALL_ONLY,
         ),
         _installed(
             "qwen-coder",
