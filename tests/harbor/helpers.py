@@ -76,3 +76,19 @@ async def running(
         yield env
     finally:
         await env.stop(delete=True)
+
+
+async def run_count_errors(harness: str, proxy: object, tmp_path: Path, **kwargs: object):
+    """The bundled count-errors task, once, with ``harness`` through ``proxy`` (90 s for the
+    agent): how every real-agent test runs its agent."""
+    from rollwire.harnesses.harbor.datasets import resolve_dataset
+    from rollwire.harnesses.harbor.rollout import run_harbor_rollout
+
+    return await run_harbor_rollout(
+        resolve_dataset(EXAMPLES).task("count-errors"),
+        harness=harness,
+        proxy=proxy,
+        trials_dir=tmp_path / "trials",
+        agent_timeout_sec=90,
+        **kwargs,
+    )

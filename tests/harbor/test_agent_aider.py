@@ -19,14 +19,11 @@ from pathlib import Path
 import pytest
 
 from rollwire.capture.proxy import CaptureProxy
-from rollwire.harnesses.harbor.datasets import resolve_dataset
-from rollwire.harnesses.harbor.rollout import run_harbor_rollout
 from tests.fakes.vllm import FakeVLLM
-from tests.harbor.helpers import EXAMPLES
+from tests.harbor.helpers import EXAMPLES, run_count_errors
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-TASKS = resolve_dataset(EXAMPLES)
 LOG = EXAMPLES / "count-errors" / "environment" / "logs" / "service.log"
 
 
@@ -40,13 +37,7 @@ async def test_aider_solves_count_errors_through_the_chat_dialect(
     """The scripted model answers aider's one call with a whole-file edit of
     ``error_count.txt`` (aider runs in /app, the workspace it snapshots into git)."""
     fake.behavior.scripted_replies = [f"error_count.txt\n```\n{_error_lines()}\n```\n"]
-    out = await run_harbor_rollout(
-        TASKS.task("count-errors"),
-        harness="aider",
-        proxy=proxy,
-        trials_dir=tmp_path / "trials",
-        agent_timeout_sec=90,
-    )
+    out = await run_count_errors("aider", proxy, tmp_path)
     result = out.result
     log = out.agent_log_tail or ""
     assert "Aider v0.86.2" in log and "Applied edit to error_count.txt" in log  # aider ran

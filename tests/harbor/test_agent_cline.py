@@ -24,15 +24,12 @@ from pathlib import Path
 import pytest
 
 from rollwire.capture.proxy import CaptureProxy
-from rollwire.harnesses.harbor.datasets import resolve_dataset
 from rollwire.harnesses.harbor.installs import PACKAGES
-from rollwire.harnesses.harbor.rollout import run_harbor_rollout
 from tests.fakes.vllm import FakeVLLM, tool_call_text
-from tests.harbor.helpers import EXAMPLES
+from tests.harbor.helpers import run_count_errors
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-TASKS = resolve_dataset(EXAMPLES)
 COMMAND = "grep -c 'ERROR' \"$LOG_FILE\" > /app/error_count.txt"
 SUMMARY = "Counted the ERROR lines with grep -c and wrote the count to /app/error_count.txt."
 
@@ -51,13 +48,7 @@ async def test_cline_solves_count_errors_through_the_chat_dialect(
         tool_call_text("run_commands", {"commands": [COMMAND]}),
         tool_call_text("submit_and_exit", {"summary": SUMMARY, "verified": True}),
     ]
-    out = await run_harbor_rollout(
-        TASKS.task("count-errors"),
-        harness="cline-cli",
-        proxy=proxy,
-        trials_dir=tmp_path / "trials",
-        agent_timeout_sec=90,
-    )
+    out = await run_count_errors("cline-cli", proxy, tmp_path)
     result = out.result
     assert result.ok, (result.error, out.agent_log_tail)
 

@@ -17,14 +17,11 @@ from __future__ import annotations
 import pytest
 
 from rollwire.capture.proxy import CaptureProxy
-from rollwire.harnesses.harbor.datasets import resolve_dataset
-from rollwire.harnesses.harbor.rollout import run_harbor_rollout
 from tests.fakes.vllm import FakeVLLM, tool_call_text
-from tests.harbor.helpers import EXAMPLES
+from tests.harbor.helpers import run_count_errors
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-TASKS = resolve_dataset(EXAMPLES)
 COUNT = 'grep -c ERROR "$LOG_FILE" > /app/error_count.txt'
 POLICY = [
     tool_call_text(
@@ -43,13 +40,7 @@ async def test_gemini_cli_solves_count_errors_through_the_google_dialect(
     into one trainable sequence, and the task is solved; Harbor converts its session file to an
     ATIF trajectory that matches the capture."""
     fake.behavior.scripted_replies = list(POLICY)
-    out = await run_harbor_rollout(
-        TASKS.task("count-errors"),
-        harness="gemini-cli",
-        proxy=proxy,
-        trials_dir=tmp_path / "trials",
-        agent_timeout_sec=90,
-    )
+    out = await run_count_errors("gemini-cli", proxy, tmp_path)
     result = out.result
     assert "YOLO mode is enabled" in (out.agent_log_tail or "")  # the real agent's own log
     assert fake.stats["ok"] == len(POLICY) and fake.behavior.scripted_replies == []

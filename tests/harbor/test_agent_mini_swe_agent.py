@@ -16,14 +16,11 @@ import json
 import pytest
 
 from rollwire.capture.proxy import CaptureProxy
-from rollwire.harnesses.harbor.datasets import resolve_dataset
-from rollwire.harnesses.harbor.rollout import run_harbor_rollout
 from tests.fakes.vllm import FakeVLLM, tool_call_text
-from tests.harbor.helpers import EXAMPLES
+from tests.harbor.helpers import run_count_errors
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-TASKS = resolve_dataset(EXAMPLES)
 SOLVE = "grep -c 'ERROR' \"$LOG_FILE\" > /app/error_count.txt"
 SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 
@@ -35,13 +32,7 @@ async def test_mini_swe_agent_solves_count_errors_through_the_chat_dialect(
         tool_call_text("bash", {"command": SOLVE}),
         tool_call_text("bash", {"command": SUBMIT}),
     ]
-    out = await run_harbor_rollout(
-        TASKS.task("count-errors"),
-        harness="mini-swe-agent",
-        proxy=proxy,
-        trials_dir=tmp_path / "trials",
-        agent_timeout_sec=90,
-    )
+    out = await run_count_errors("mini-swe-agent", proxy, tmp_path)
     result = out.result
     assert out.trial_dir is not None, result.error
     agent_dir = out.trial_dir / "agent"

@@ -14,15 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from rollwire.harnesses.harbor.datasets import resolve_dataset
 from rollwire.harnesses.harbor.installs import PACKAGES
-from rollwire.harnesses.harbor.rollout import run_harbor_rollout
 from tests.fakes.vllm import tool_call_text
-from tests.harbor.helpers import EXAMPLES
+from tests.harbor.helpers import run_count_errors
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-TASKS = resolve_dataset(EXAMPLES)
 SOLVE = 'grep -c ERROR "$LOG_FILE" > /app/error_count.txt'
 
 
@@ -34,13 +31,7 @@ async def test_opencode_solves_count_errors_through_the_responses_dialect(proxy,
         tool_call_text("bash", {"command": SOLVE}),
         "Done.",
     ]
-    out = await run_harbor_rollout(
-        TASKS.task("count-errors"),
-        harness="opencode",
-        proxy=proxy,
-        trials_dir=tmp_path / "trials",
-        agent_timeout_sec=90,
-    )
+    out = await run_count_errors("opencode", proxy, tmp_path)
     result = out.result
     assert result.ok, result.error
     # the real agent ran: its own log names its version, its JSON stream shows the tool call

@@ -21,15 +21,12 @@ from pathlib import Path
 import pytest
 
 from rollwire.capture.proxy import CaptureProxy
-from rollwire.harnesses.harbor.datasets import resolve_dataset
 from rollwire.harnesses.harbor.installs import PACKAGES
-from rollwire.harnesses.harbor.rollout import run_harbor_rollout
 from tests.fakes.vllm import FakeVLLM, tool_call_text
-from tests.harbor.helpers import EXAMPLES
+from tests.harbor.helpers import run_count_errors
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-TASKS = resolve_dataset(EXAMPLES)
 COMMAND = "grep -c 'ERROR' \"$LOG_FILE\" > /app/error_count.txt"
 ANSWER = "I counted the ERROR lines and wrote the count to /app/error_count.txt."
 
@@ -48,13 +45,7 @@ async def test_pi_solves_count_errors_through_the_chat_dialect(
         tool_call_text("bash", {"command": COMMAND}),
         ANSWER,
     ]
-    out = await run_harbor_rollout(
-        TASKS.task("count-errors"),
-        harness="pi",
-        proxy=proxy,
-        trials_dir=tmp_path / "trials",
-        agent_timeout_sec=90,
-    )
+    out = await run_count_errors("pi", proxy, tmp_path)
     result = out.result
     assert result.ok, (result.error, out.agent_log_tail)
 

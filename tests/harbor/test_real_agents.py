@@ -24,15 +24,12 @@ from pathlib import Path
 import pytest
 
 from rollwire.capture.proxy import CaptureProxy
-from rollwire.harnesses.harbor.datasets import resolve_dataset
-from rollwire.harnesses.harbor.rollout import run_harbor_rollout
 from rollwire.harnesses.harbor.seams import SEAMS
 from tests.fakes.vllm import FakeVLLM
-from tests.harbor.helpers import EXAMPLES, running
+from tests.harbor.helpers import EXAMPLES, run_count_errors, running
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-TASKS = resolve_dataset(EXAMPLES)
 CA = "/etc/ssl/certs/ca-certificates.crt"
 
 
@@ -93,25 +90,13 @@ async def test_npm_install_g_into_the_hosts_usr_fails(tmp_path):
     assert "/usr/lib/node_modules" in (result.stdout or "") + (result.stderr or "")
 
 
-async def _run_agent(harness: str, proxy: CaptureProxy, tmp_path: Path):
-    """count-errors once through the proxy; rollwire installs the agent (npm, once per host)
-    and mounts it into the sandbox in place of Harbor's installer."""
-    return await run_harbor_rollout(
-        TASKS.task("count-errors"),
-        harness=harness,
-        proxy=proxy,
-        trials_dir=tmp_path / "trials",
-        agent_timeout_sec=90,
-    )
-
-
 async def test_claude_code_runs_through_the_anthropic_dialect_and_its_turns_link(
     proxy, fake, tmp_path
 ):
     """claude-code (npm, 2.1.x) installs and runs count-errors against the fake engine through
     the proxy's Anthropic dialect (its system reminders arrive as ``{"role": "system"}``
     messages, kept in place); every call is captured in the anthropic dialect."""
-    out = await _run_agent("claude-code", proxy, tmp_path)
+    out = await run_count_errors("claude-code", proxy, tmp_path)
     result = out.result
     assert '"claude_code_version"' in (out.agent_log_tail or "")  # the real agent ran
     assert fake.stats["ok"] >= 1 and result.n_turns >= 1, result.error
@@ -126,7 +111,7 @@ async def test_codex_runs_through_the_responses_dialect_and_its_turns_link(proxy
     codex falls back to HTTPS), declares its multi-agent tools in a ``namespace`` (flattened)
     and ``web_search`` (dropped with a note); every call is captured in the responses dialect
     and the calls link into one sequence."""
-    out = await _run_agent("codex", proxy, tmp_path)
+    out = await run_count_errors("codex", proxy, tmp_path)
     result = out.result
     log = out.agent_log_tail or ""
     assert "Falling back from WebSockets to HTTPS transport" in log
