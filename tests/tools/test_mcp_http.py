@@ -40,7 +40,7 @@ def fake_url() -> Iterator[str]:
 @pytest.fixture
 def served(tmp_path, monkeypatch) -> Iterator[tuple[str, ServerState]]:
     monkeypatch.setenv("ROLLWIRE_TRIALS_DIR", str(tmp_path / "trials"))
-    state = ServerState(data_dir=tmp_path / "collections")
+    state = ServerState(data_dir=tmp_path / "collections", dataset_roots=(tmp_path,))
     with serve_in_thread(http_app(build_server(state))) as url:
         yield url + "/mcp", state
 

@@ -71,7 +71,10 @@ def slow_url() -> Iterator[tuple[str, FakeVLLM]]:
 
 @pytest.fixture
 async def served(sbx) -> AsyncIterator[tuple[Client, ServerState]]:
-    async with ServerState() as state, Client(build_server(state)) as client:
+    async with (
+        ServerState(dataset_roots=(sbx.parent,)) as state,
+        Client(build_server(state)) as client,
+    ):
         yield client, state
 
 
@@ -190,7 +193,7 @@ async def test_cancelling_a_held_run_rollout_call_tears_down_the_sandbox(served,
 
 
 async def test_leaving_the_server_cancels_and_cleans_up_running_rollouts(sbx, slow_task):
-    async with ServerState() as state:
+    async with ServerState(dataset_roots=(sbx.parent,)) as state:
         async with Client(build_server(state)) as client:
             args = {"task": slow_task, "harness": "oracle"}
             await client.call_tool("start_rollout", args)

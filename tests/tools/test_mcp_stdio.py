@@ -36,7 +36,16 @@ def server_params(tmp_path: Path) -> StdioServerParameters:
     }
     return StdioServerParameters(
         command=sys.executable,
-        args=["-m", "rollwire", "serve", "--stdio", "--data-dir", str(tmp_path / "collections")],
+        args=[
+            "-m",
+            "rollwire",
+            "serve",
+            "--stdio",
+            "--data-dir",
+            str(tmp_path / "collections"),
+            "--dataset-root",
+            str(tmp_path),
+        ],
         env=env,
         cwd=str(ROOT),
     )

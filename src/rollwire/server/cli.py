@@ -537,6 +537,7 @@ def _server_state(args: argparse.Namespace, admin_key: str | None = None) -> Any
         pool=EndpointPool(admin_key=admin_key, **token_in_settings(args)),
         default_llm=llm,
         data_dir=Path(args.data_dir),
+        dataset_roots=tuple(Path(p) for p in args.dataset_root or ()),
     )
 
 
@@ -886,7 +887,16 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument(
         "--data-dir",
         default="collections",
-        help="where collect_episodes puts relative out_dir names (default ./collections)",
+        help="where collect_episodes puts relative out_dir names (default ./collections); "
+        "clients can name no collection outside it",
+    )
+    m.add_argument(
+        "--dataset-root",
+        action="append",
+        metavar="DIR",
+        help="a directory whose Harbor datasets clients may name (list_tasks source, "
+        "'harbor:' task references, collect_episodes dataset); repeatable. Always allowed: "
+        "--data-dir and the bundled example tasks. Anything else is refused",
     )
     m.set_defaults(func=_cmd_serve)
 

@@ -28,9 +28,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 
+from rollwire import bounds
+from rollwire.bounds import Seed, Text
 from rollwire.capture.certify import Certification
 from rollwire.datasets.hub import PushResult
 from rollwire.datasets.store import CollectionError
+from rollwire.roots import OutsideRoots, Roots
+from rollwire.server.surface import CompactMCPServer
 from rollwire.sessions.base import AnswerMode
 from rollwire.sessions.collect import (
     CollectConfig,
@@ -44,7 +48,6 @@ from rollwire.tools.endpoint import EndpointNotUsable, EndpointPool
 from rollwire.tools.info import info_report
 from rollwire.tools.jobs import Job, JobRegistry, RolloutStatus, Runner
 from rollwire.tools.rollouts import (
-    ANSWER_MODE_HELP,
     PHASES,
     Limits,
     LLMSpec,
@@ -60,7 +63,14 @@ from rollwire.tools.rollouts import (
     resolve_llm,
 )
 from rollwire.tools.rollouts import run_rollout as execute_rollout
-from rollwire.tools.tasks import TaskPage, TaskRefError, list_task_page
+from rollwire.tools.tasks import (
+    ADAPTERS,
+    HarborRef,
+    TaskPage,
+    TaskRefError,
+    list_task_page,
+    parse_task_ref,
+)
 
 log = logging.getLogger("rollwire.mcp")
 
@@ -87,25 +97,54 @@ class ServerState:
     jobs: JobRegistry = field(default_factory=JobRegistry)
     default_llm: LLMSpec | None = None
     data_dir: Path = field(default_factory=lambda: Path("collections"))
+    dataset_roots: tuple[Path, ...] = ()
     _stack: contextlib.AsyncExitStack | None = None
 
-    def data_path(self, out_dir: str) -> Path:
-        """Where a collection named ``out_dir`` lives: always inside ``data_dir``.
+    @property
+    def roots(self) -> Roots:
+        """The operator's roots: --data-dir, --dataset-root and the bundled examples."""
+        return Roots(self.data_dir, tuple(self.dataset_roots))
 
-        Relative names are taken under ``data_dir``; an absolute path must already be inside
-        it. The path is resolved first (``..`` and symlinks followed), so neither can lead out:
-        a path that resolves elsewhere, or to ``data_dir`` itself, is a ``ToolError`` naming
-        ``out_dir``. Clients name collections; only the operator (``--data-dir``) names where
-        they may be written."""
-        root = self.data_dir.expanduser().resolve()
-        given = Path(out_dir).expanduser()
-        path = (given if given.is_absolute() else root / given).resolve()
-        if root not in path.parents:
-            raise ToolError(
-                f"out_dir: {out_dir!r} resolves to {path}, which is not inside the data "
-                f"directory {root} (--data-dir): name a directory inside it"
-            )
-        return path
+    def data_path(self, out_dir: str) -> Path:
+        """Where a collection named ``out_dir`` lives: always inside ``data_dir`` (relative
+        names under it; ``..``, symlinks and absolute paths that lead out are a ``ToolError``
+        naming ``out_dir``). Clients name collections; only the operator names the roots."""
+        try:
+            return self.roots.collection("out_dir", out_dir)
+        except OutsideRoots as exc:
+            raise ToolError(str(exc)) from None
+
+    async def confine_dataset(self, field: str, source: str) -> None:
+        """A Harbor dataset a client names (a directory, a task directory or a registry JSON)
+        must resolve inside a dataset root, and so must every task directory a registry
+        names; else a ``ToolError`` naming ``field``. Nothing else about it is checked here."""
+        roots = self.roots
+
+        def check() -> None:
+            from rollwire.harnesses.harbor.datasets import DatasetError, registry_task_paths
+
+            path = roots.dataset(field, source)
+            if path.is_file():
+                try:
+                    paths = registry_task_paths(path)
+                except DatasetError:
+                    return  # not a registry: resolving it later says so
+                roots.task_paths(field, source, paths)
+
+        try:
+            await anyio.to_thread.run_sync(check)
+        except OutsideRoots as exc:
+            raise ToolError(str(exc)) from None
+
+    async def confine_task(self, field: str, task: str) -> None:
+        """A Harbor task reference's dataset must be inside a dataset root (env tasks name
+        no path); a malformed reference is left for the rollout's own checks to name."""
+        try:
+            ref = parse_task_ref(task)
+        except TaskRefError:
+            return
+        if isinstance(ref, HarborRef):
+            await self.confine_dataset(field, ref.dataset)
 
     async def __aenter__(self) -> ServerState:
         async with contextlib.AsyncExitStack() as stack:
@@ -154,27 +193,24 @@ class InfoReport(BaseModel):
 def build_server(state: ServerState | None = None) -> MCPServer:
     """The MCP server over ``state`` (a fresh one by default)."""
     state = state or ServerState()
-    mcp = MCPServer("rollwire", instructions=INSTRUCTIONS, log_level="WARNING")
+    mcp = CompactMCPServer("rollwire", instructions=INSTRUCTIONS, log_level="WARNING")
     mcp.state = state  # type: ignore[attr-defined]
 
     @mcp.tool()
     async def list_tasks(
-        source: str | None = None,
-        offset: Annotated[int, Field(ge=0)] = 0,
-        limit: Annotated[int, Field(ge=1, le=500)] = 50,
-        query: str | None = None,
+        source: Text | None = None,
+        offset: Annotated[int, Field(ge=0, le=bounds.MAX_OFFSET)] = 0,
+        limit: Annotated[int, Field(ge=1, le=bounds.MAX_PAGE)] = 50,
+        query: Text | None = None,
     ) -> TaskPage:
-        """List runnable tasks, a page at a time.
-
-        source: omit for every env task; an env family name (reasoning_gym, openspiel,
-        textarena, browsergym) for that family only; or a Harbor dataset path on the server
-        (a directory of task directories, one task directory, or a registry .json), e.g.
-        "examples/tasks". query: keep tasks whose reference or description contains it
-        (case-insensitive). Each task's `ref` is exactly what run_rollout's `task` accepts:
-        env tasks are 'family:name' (e.g. 'reasoning_gym:chain_sum'); Harbor tasks are
-        'harbor:<dataset>#<task name>' (e.g. 'harbor:examples/tasks#count-errors').
-        Page with offset/limit; next_offset is null on the last page.
+        """Find tasks to run; use it first. Each task's `ref` is what run_rollout and
+        collect_episodes take as `task`. source: omit for every env task; an env family
+        (reasoning_gym, openspiel, textarena, browsergym); or a Harbor dataset path the server
+        allows (e.g. 'examples/tasks'). query keeps refs or descriptions containing it. Page with
+        offset/limit; next_offset is null on the last page.
         """
+        if source is not None and source not in ADAPTERS:
+            await state.confine_dataset("source", source)
         try:
             return await list_task_page(source, offset=offset, limit=limit, query=query)
         except TaskRefError as exc:
@@ -182,16 +218,12 @@ def build_server(state: ServerState | None = None) -> MCPServer:
 
     @mcp.tool()
     async def validate_llm(
-        llm_url: str, model: str | None = None, api_key: str | None = None
+        llm_url: Text, model: Text | None = None, api_key: Text | None = None
     ) -> Certification:
-        """Certify an OpenAI-spec endpoint (e.g. vLLM at http://host:8000/v1).
-
-        verdict TRAIN: the engine returns token ids and processed logprobs, rollouts are
-        trainable; EVAL ONLY: text only, rollouts are for evaluation; NOT USABLE: see findings.
-        token_in_paths: how the engine takes a token prompt (vllm_chat, sglang_chat,
-        completions), so multi-turn conversations stay one training sequence; empty: turns
-        link by exact token prefix only. model: which served model (needed when several are served). A usable result is
-        cached for run_rollout on the same (llm_url, model, api_key).
+        """Check an OpenAI-spec engine (e.g. vLLM at http://host:8000/v1) before
+        rollouts. verdict TRAIN: token ids and logprobs come back, rollouts are trainable; EVAL
+        ONLY: text only (evaluation data); NOT USABLE: see findings. token_in_paths: how
+        multi-turn conversations stay one training sequence. A usable result is cached.
         """
         return await state.pool.certify(llm_url, model=model, api_key=api_key)
 
@@ -217,6 +249,10 @@ def build_server(state: ServerState | None = None) -> MCPServer:
             )
         except RolloutArgumentError as exc:
             raise ToolError(str(exc)) from None
+        try:
+            bounds.check_task_config(task_config)
+        except ValueError as exc:
+            raise ToolError(str(exc)) from None
         return RolloutRequest(
             task=task,
             harness=harness,
@@ -232,6 +268,7 @@ def build_server(state: ServerState | None = None) -> MCPServer:
         )
 
     async def checked(request: RolloutRequest) -> Plan:
+        await state.confine_task("task", request.task)
         try:
             return await anyio.to_thread.run_sync(plan, request)
         except RolloutArgumentError as exc:
@@ -257,43 +294,31 @@ def build_server(state: ServerState | None = None) -> MCPServer:
 
     @mcp.tool()
     async def run_rollout(
-        task: str,
+        task: Text,
         ctx: Context,
-        harness: str | None = None,
-        sandbox: str | None = None,
-        llm: LLMSpec | str | None = None,
+        harness: Text | None = None,
+        sandbox: Text | None = None,
+        llm: LLMSpec | Text | None = None,
         sampling: Sampling | None = None,
         limits: Limits | None = None,
-        reward_key: str | None = None,
+        reward_key: Text | None = None,
         include_tokens: bool = False,
-        seed: int | None = None,
+        seed: Seed | None = None,
         task_config: dict[str, Any] | None = None,
-        llm_url: str | None = None,
-        model: str | None = None,
-        api_key: str | None = None,
-        answer_mode: Annotated[AnswerMode | None, Field(description=ANSWER_MODE_HELP)] = None,
+        llm_url: Text | None = None,
+        model: Text | None = None,
+        api_key: Text | None = None,
+        answer_mode: AnswerMode | None = None,
     ) -> RolloutSummary:
-        """Run one rollout to the end and return its reward and capture summary.
-
-        task: a reference from list_tasks: 'family:name' (an env task, run by rollwire's own
-        tool loop) or 'harbor:<dataset>#<task name>' (a Harbor task).
-        harness: Harbor tasks only: terminus-2 (default; calls the model), oracle or nop (no
-        model); see the info tool. sandbox: Harbor tasks only: 'local' (default; bubblewrap) or 'docker' (the task's image on the server's Docker daemon).
-        llm: the engine: its OpenAI base URL, or {url, model, api_key}; llm_url/model/api_key
-        are the same as flat fields; omitted, the server's --llm-url. Certified once per
-        endpoint; every model call is captured through a proxy.
-        sampling: {temperature, max_tokens, seed}; env defaults 1.0/256; for Harbor agents,
-        the agent's own unless given. limits: {max_turns (env default 8), max_model_calls,
-        timeout_s}. seed: env episode seed (and the agent's sampling seed).
-        task_config: env tasks only, a JSON object for the task's generator.
-        answer_mode: env tasks only: 'tool' (default), 'text' or 'either' (see its schema);
-        use 'text' or 'either' for a model without tool calling, so the verifier still runs.
-        reward_key: which reward of a multi-reward verifier is the reward.
-        include_tokens: also return each sequence's input_ids, loss_mask and logprobs.
-        The call stays open and reports progress per phase; cancelling it tears the sandbox
-        down and closes the capture session. A failed rollout is ok=false with `error`, not a
-        tool error. Keep `rollout_id` for get_rollout_graph and rollout://{rollout_id}/document.
-        For a client that cannot hold a call open: start_rollout + get_rollout.
+        """Run one rollout (an agent on one task, every model call captured) and wait
+        for its reward and capture summary. task: a list_tasks ref. llm: engine URL or {url,
+        model, api_key} (or flat llm_url/model/api_key); default: the server's. Harbor tasks:
+        harness terminus-2 (default), oracle, nop or one info lists; sandbox local (default) or
+        docker. Env tasks: seed picks the instance; task_config configures it; answer_mode
+        tool (default; no tool call: reward null), text or either (models without tool
+        calling). include_tokens adds each sequence's ids, loss mask and logprobs. Failure is
+        ok=false with `error`. Cancelling tears the sandbox down. Then get_rollout_graph or
+        resource rollout://{rollout_id}/document.
         """
         request = request_of(
             task,
@@ -320,26 +345,24 @@ def build_server(state: ServerState | None = None) -> MCPServer:
 
     @mcp.tool()
     async def start_rollout(
-        task: str,
-        harness: str | None = None,
-        sandbox: str | None = None,
-        llm: LLMSpec | str | None = None,
+        task: Text,
+        harness: Text | None = None,
+        sandbox: Text | None = None,
+        llm: LLMSpec | Text | None = None,
         sampling: Sampling | None = None,
         limits: Limits | None = None,
-        reward_key: str | None = None,
+        reward_key: Text | None = None,
         include_tokens: bool = False,
-        seed: int | None = None,
+        seed: Seed | None = None,
         task_config: dict[str, Any] | None = None,
-        llm_url: str | None = None,
-        model: str | None = None,
-        api_key: str | None = None,
-        answer_mode: Annotated[AnswerMode | None, Field(description=ANSWER_MODE_HELP)] = None,
+        llm_url: Text | None = None,
+        model: Text | None = None,
+        api_key: Text | None = None,
+        answer_mode: AnswerMode | None = None,
     ) -> RolloutStatus:
-        """Start a rollout in the background and return at once with its rollout_id.
-
-        Same arguments as run_rollout, checked before anything starts (a bad argument is a
-        tool error). Poll get_rollout(rollout_id) for progress and, once status is done or
-        failed, the result; cancel_rollout(rollout_id) stops it (sandbox torn down).
+        """run_rollout without waiting: same arguments, returns the rollout_id at
+        once. Poll get_rollout; stop with cancel_rollout. For clients that cannot hold a call
+        open.
         """
         request = request_of(
             task,
@@ -366,15 +389,14 @@ def build_server(state: ServerState | None = None) -> MCPServer:
         return job.view()
 
     @mcp.tool()
-    async def get_rollout(rollout_id: str) -> RolloutStatus:
-        """A rollout's status (running, done, failed, cancelled), progress (phase done/total and
-        message) and, once finished, its result (as run_rollout returns it)."""
+    async def get_rollout(rollout_id: Text) -> RolloutStatus:
+        """Status, progress and, once done or failed, the result of a rollout."""
         return lookup(rollout_id).view()
 
     @mcp.tool()
-    async def cancel_rollout(rollout_id: str) -> RolloutStatus:
-        """Cancel a running rollout and wait until it has cleaned up (sandbox torn down,
-        capture session closed); nothing is stored for it. A finished rollout is left as is."""
+    async def cancel_rollout(rollout_id: Text) -> RolloutStatus:
+        """Stop a running rollout and wait for its cleanup (sandbox torn down,
+        capture closed); nothing is kept for it."""
         job = await state.jobs.cancel(lookup(rollout_id).rollout_id)
         assert job is not None
         return job.view()
@@ -383,8 +405,8 @@ def build_server(state: ServerState | None = None) -> MCPServer:
     async def list_rollouts(
         status: Literal["running", "done", "failed", "cancelled"] | None = None,
     ) -> RolloutList:
-        """Every rollout this server knows, newest first (without results: get_rollout has
-        them); status filters. Counts cover all of them."""
+        """Rollouts this server knows, newest first, with counts per status
+        (results: get_rollout)."""
         jobs = state.jobs.jobs()
         counts: dict[str, int] = {}
         for job in jobs:
@@ -400,50 +422,47 @@ def build_server(state: ServerState | None = None) -> MCPServer:
 
     @mcp.tool()
     async def collect_episodes(
-        out_dir: str,
-        episodes: Annotated[int, Field(ge=1)],
+        out_dir: Text,
+        episodes: bounds.Episodes,
         ctx: Context,
-        tasks: list[str] | None = None,
-        dataset: str | None = None,
-        task_glob: str | None = None,
-        group_size: Annotated[int, Field(ge=1)] = 1,
-        harness: str | None = None,
-        sandbox: str | None = None,
-        llm: LLMSpec | str | None = None,
+        tasks: bounds.TaskList | None = None,
+        dataset: Text | None = None,
+        task_glob: Text | None = None,
+        group_size: bounds.GroupSize = 1,
+        harness: Text | None = None,
+        sandbox: Text | None = None,
+        llm: LLMSpec | Text | None = None,
         sampling: Sampling | None = None,
         limits: Limits | None = None,
-        reward_key: str | None = None,
+        reward_key: Text | None = None,
         task_config: dict[str, Any] | None = None,
-        answer_mode: Annotated[AnswerMode | None, Field(description=ANSWER_MODE_HELP)] = None,
-        seed: int = 0,
-        concurrency: Annotated[int, Field(ge=1, le=256)] = 4,
+        answer_mode: AnswerMode | None = None,
+        seed: Seed = 0,
+        concurrency: bounds.Concurrency = 4,
         min_reward: float | None = None,
         trainable_only: bool = False,
         keep_failures: bool = True,
         resume: bool = True,
-        llm_url: str | None = None,
-        model: str | None = None,
-        api_key: str | None = None,
+        llm_url: Text | None = None,
+        model: Text | None = None,
+        api_key: Text | None = None,
     ) -> CollectResult:
-        """Collect many rollouts into a dataset directory, crash-safe and resumable.
-
-        tasks: task references (as run_rollout's task), or dataset: a Harbor dataset with
-        task_glob over its task names. episodes: how many in all; group_size samples share one
-        task instance (a GRPO group, same group_id). out_dir: a directory name inside the server's
-        data directory (anything that resolves outside it, by .. or a symlink, is refused); it
-        holds episodes.jsonl (kept episodes with
-        token arrays), failures.jsonl, filtered.jsonl and manifest.json. Calling again with the
-        same arguments resumes: written episodes are skipped, never duplicated; a larger
-        `episodes` extends the collection. min_reward / trainable_only filter what is kept.
-        llm, sampling, limits, harness, sandbox, reward_key, task_config, answer_mode: as
-        run_rollout. Progress is
-        reported per episode; cancelling stops with everything written kept. Then
-        push_dataset(out_dir, repo_id) publishes it.
+        """Build a training dataset: many rollouts into out_dir (a directory
+        inside the server's data directory), crash-safe. tasks: refs; or dataset (+ task_glob)
+        for a Harbor dataset. episodes in all; group_size samples share one task instance (a
+        GRPO group). The same call again resumes (nothing twice; a larger `episodes`
+        extends). min_reward and trainable_only filter what is kept; other arguments as
+        run_rollout. Reports progress per episode; cancelling keeps what is written. Then
+        push_dataset.
         """
         try:
             spec = resolve_llm(
                 llm, llm_url=llm_url, model=model, api_key=api_key, default=state.default_llm
             )
+            if dataset is not None:
+                await state.confine_dataset("dataset", dataset)
+            for ref in dict.fromkeys(tasks or ()):
+                await state.confine_task("tasks", ref)
             task_refs = await anyio.to_thread.run_sync(
                 lambda: resolve_tasks(tasks, dataset=dataset, task_glob=task_glob)
             )
@@ -487,17 +506,15 @@ def build_server(state: ServerState | None = None) -> MCPServer:
 
     @mcp.tool()
     async def push_dataset(
-        out_dir: str,
-        repo_id: str,
+        out_dir: Text,
+        repo_id: Text,
         private: bool = True,
         dry_run: bool = False,
-        commit_message: str | None = None,
+        commit_message: Text | None = None,
     ) -> PushResult:
-        """Publish a collection (collect_episodes' out_dir) to the Hugging Face Hub as a dataset
-        repo: the episodes as Parquet plus a generated dataset card, in one commit, so that
-        datasets.load_dataset(repo_id) gives the train split. private: default true.
-        dry_run: return exactly what would be sent (files, sizes, card) and send nothing. The
-        server's Hugging Face token (HF_TOKEN or a saved login) is used and never returned.
+        """Publish a collection (collect_episodes' out_dir) to the Hugging Face Hub as
+        a dataset: Parquet and a card in one commit, private by default, loadable with
+        datasets.load_dataset(repo_id). dry_run shows what would be sent and sends nothing.
         """
         from rollwire.datasets.hub import HubError, apush_collection
 
@@ -513,13 +530,11 @@ def build_server(state: ServerState | None = None) -> MCPServer:
 
     @mcp.tool()
     async def get_rollout_graph(
-        rollout_id: str, format: Literal["json", "mermaid"] = "json"
+        rollout_id: Text, format: Literal["json", "mermaid"] = "json"
     ) -> RolloutGraphView:
-        """The call graph of a finished rollout: one node per model call with its parent
-        (the call whose prompt + reply its prompt extends), role (agent, auxiliary,
-        discarded), token counts and findings; which calls re-tokenised an earlier reply
-        (a new root) or were discarded. format='mermaid' also fills `mermaid` with a
-        flowchart. A rollout with no model call (oracle, nop) has no nodes.
+        """How a finished rollout's model calls link, to debug fragmented or
+        untrainable data: a node per call with its parent, role, token counts and findings;
+        re-tokenised calls (new roots) and discarded ones. format 'mermaid' adds a flowchart.
         """
         stored = state.store.get(rollout_id)
         if stored is None:
@@ -528,8 +543,8 @@ def build_server(state: ServerState | None = None) -> MCPServer:
 
     @mcp.tool()
     async def info() -> InfoReport:
-        """What this server's machine can run: sandboxes, agent harnesses, the bundled Harbor
-        datasets, env families (with the reason when one is unavailable). Read-only."""
+        """What this server can run: sandboxes, agent harnesses and their dialects,
+        bundled datasets, env families (unavailable ones with the reason)."""
         report = await info_report()
         return InfoReport(**report)
 
@@ -605,6 +620,46 @@ def _bearer(app: Any, token: str) -> Any:
     return asgi
 
 
+def _max_body(app: Any, limit: int) -> Any:
+    """Refuse an HTTP request whose body is over ``limit`` bytes (413), by its Content-Length
+    or, without one, as it arrives (the body is read first, at most ``limit`` bytes, then
+    handed on): the app never sees more than ``limit`` bytes."""
+
+    async def asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length", b"").decode("latin-1")
+        too_large = {"error": f"request body is larger than {limit} bytes"}
+        if declared.isdigit() and int(declared) > limit:
+            await _json(send, 413, too_large)
+            return
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away before its body arrived
+            body += message.get("body", b"")
+            if len(body) > limit:
+                await _json(send, 413, too_large)
+                return
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": bytes(body), "more_body": False}
+            return await receive()
+
+        await app(scope, replay, send)
+
+    return asgi
+
+
 def capture_app(state: ServerState) -> Any:
     """The capture proxy of the server's default endpoint (``--llm-url``), as an ASGI app.
 
@@ -654,6 +709,7 @@ def http_app(
     )
     mcp_asgi = server.streamable_http_app(transport_security=security, host=host)
     guarded = _bearer(mcp_asgi, token) if token else mcp_asgi
+    guarded = _max_body(guarded, bounds.MAX_MCP_BODY_BYTES)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -28,6 +28,7 @@ from typing import Any
 import anyio
 from pydantic import BaseModel, Field
 
+from rollwire import bounds
 from rollwire.capture.rollout import RolloutType
 from rollwire.datasets.records import (
     EpisodeRecord,
@@ -55,6 +56,9 @@ from rollwire.tools.tasks import HARBOR_PREFIX, HarborRef
 
 log = logging.getLogger("rollwire.collect")
 
+#: settled episodes skipped in a row before a resume yields to the event loop
+SKIP_BATCH = 256
+
 
 class CollectInputError(ValueError):
     """A collection that cannot start; the message starts with the offending field's name."""
@@ -65,9 +69,9 @@ class CollectConfig(BaseModel):
     collection's identity: re-running with the same identity and ``--out`` resumes it, and
     ``episodes`` may grow to extend it."""
 
-    tasks: list[str] = Field(min_length=1, description="task references (list_tasks refs)")
-    episodes: int = Field(ge=1, description="episodes to collect in all")
-    group_size: int = Field(default=1, ge=1, description="samples per task instance (GRPO)")
+    tasks: bounds.TaskList = Field(description="task references (list_tasks refs)")
+    episodes: bounds.Episodes = Field(description="episodes to collect in all")
+    group_size: bounds.GroupSize = Field(default=1, description="samples per task instance (GRPO)")
     harness: str | None = None
     sandbox: str | None = None
     llm: LLMSpec | None = None
@@ -78,8 +82,8 @@ class CollectConfig(BaseModel):
     answer_mode: AnswerMode | None = Field(
         default=None, description="env tasks: tool (default), text or either"
     )
-    seed: int = Field(default=0, description="the first group's task seed")
-    concurrency: int = Field(default=4, ge=1, le=1024)
+    seed: bounds.Seed = Field(default=0, description="the first group's task seed")
+    concurrency: bounds.Concurrency = 4
     min_reward: float | None = Field(default=None, description="keep episodes at or above it")
     trainable_only: bool = Field(default=False, description="keep train episodes with tokens")
     keep_failures: bool = Field(
@@ -163,7 +167,12 @@ class CollectResult(BaseModel):
     filtered: int = Field(description="ran but not kept (filtered.jsonl)")
     failed: int = Field(description="failed rollouts (failures.jsonl when keep_failures)")
     skipped_done: int = Field(description="already in the collection: not run again")
-    episode_ids: list[str] = Field(description="ids of the episodes this run wrote")
+    episode_ids: list[str] = Field(
+        description=f"ids of the episodes this run wrote (the first {bounds.MAX_IDS_IN_RESULT:,})"
+    )
+    episode_ids_omitted: int = Field(
+        default=0, description="ids written beyond those listed (episodes.jsonl has them all)"
+    )
     reward_mean: float | None = Field(description="over this run's kept episodes with a reward")
     reward_std: float | None = None
     trainable_tokens: int = 0
@@ -275,13 +284,14 @@ async def _run(
     tier: str | None,
 ) -> CollectResult:
     harbor = {t for t, p in plans.items() if isinstance(p.ref, HarborRef)}
-    skipped = sum(store.is_settled(w.episode_id) for w in iter_work(config, harbor))
-    if skipped:
-        store.note_skipped(skipped)
-    # Made lazily and shared by `concurrency` workers: memory does not grow with the plan.
-    todo = (w for w in iter_work(config, harbor) if not store.is_settled(w.episode_id))
-    progress = CollectProgress(total=config.episodes, done=skipped, skipped_done=skipped)
+    # Made lazily and shared by `concurrency` workers: memory does not grow with the plan, and
+    # nothing runs over the whole plan before the first episode. Episodes already in the
+    # collection are skipped as the workers reach them; skipping yields to the event loop
+    # every SKIP_BATCH episodes, so a resume of a large collection never stalls other clients.
+    todo = iter_work(config, harbor)
+    progress = CollectProgress(total=config.episodes)
     written: list[str] = []
+    skipped = 0
     rewards = RunningStats()
     tokens = 0
     ran = 0
@@ -298,7 +308,20 @@ async def _run(
                 await maybe
 
     async def worker() -> None:
-        for work in todo:  # next() never awaits, so the workers share the generator safely
+        nonlocal skipped
+        in_a_row = 0
+        # next() never awaits, so the workers share the generator safely
+        for work in todo:
+            if store.is_settled(work.episode_id):
+                skipped += 1
+                store.note_skipped()
+                progress.done += 1
+                progress.skipped_done += 1
+                in_a_row += 1
+                if in_a_row % SKIP_BATCH == 0:
+                    await report()  # also a checkpoint: cancellable, other clients served
+                continue
+            in_a_row = 0
             await one(work)
 
     async def one(work: Work) -> None:
@@ -384,7 +407,8 @@ async def _run(
         filtered=progress.filtered,
         failed=progress.failed,
         skipped_done=skipped,
-        episode_ids=written,
+        episode_ids=written[: bounds.MAX_IDS_IN_RESULT],
+        episode_ids_omitted=max(0, len(written) - bounds.MAX_IDS_IN_RESULT),
         reward_mean=summary.mean if summary else None,
         reward_std=summary.std if summary else None,
         trainable_tokens=tokens,

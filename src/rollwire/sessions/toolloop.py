@@ -19,6 +19,7 @@ from typing import Any, Literal
 import anyio
 from pydantic import BaseModel, Field
 
+from rollwire import bounds
 from rollwire.capture.dialects.hermes import manifest_prompt, parse_calls
 from rollwire.capture.upstream import Upstream, UpstreamError
 from rollwire.sessions.base import ResourceSession, ToolResult
@@ -27,11 +28,11 @@ from rollwire.sessions.base import ResourceSession, ToolResult
 class LoopLimits(BaseModel):
     """Bounds and sampling for one episode."""
 
-    max_turns: int = Field(default=8, ge=1)
-    max_tool_calls_per_turn: int = Field(default=4, ge=1)
-    max_total_tool_calls: int = Field(default=32, ge=1)
-    wall_clock_s: float = Field(default=300.0, gt=0)
-    max_tokens: int = Field(default=256, ge=1)
+    max_turns: int = Field(default=8, ge=1, le=bounds.MAX_TURNS)
+    max_tool_calls_per_turn: int = Field(default=4, ge=1, le=bounds.MAX_MODEL_CALLS)
+    max_total_tool_calls: int = Field(default=32, ge=1, le=bounds.MAX_MODEL_CALLS)
+    wall_clock_s: float = Field(default=300.0, gt=0, le=bounds.MAX_TIMEOUT_S)
+    max_tokens: int = Field(default=256, ge=1, le=bounds.MAX_TOKENS)
     temperature: float = Field(default=1.0, ge=0)
     seed: int | None = None
     # native: send `tools` and read `tool_calls` (text calls in the reply are read too);

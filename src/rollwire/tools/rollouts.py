@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import anyio
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
+from rollwire import bounds
 from rollwire.capture.export import Role, RolloutDocument, RolloutStats
 from rollwire.capture.findings import Finding, fatal
 from rollwire.datasets.records import SequenceRow
@@ -179,11 +180,16 @@ class LLMSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     url: str = Field(
+        max_length=bounds.MAX_TEXT,
         validation_alias=AliasChoices("url", "llm_url", "base_url"),
         description="the engine's OpenAI base URL, e.g. http://127.0.0.1:8000/v1",
     )
-    model: str | None = Field(default=None, description="served model (when several)")
-    api_key: str | None = Field(default=None, description="the engine's key, if it needs one")
+    model: str | None = Field(
+        default=None, max_length=bounds.MAX_TEXT, description="served model (when several)"
+    )
+    api_key: str | None = Field(
+        default=None, max_length=bounds.MAX_TEXT, description="the engine's key, if it needs one"
+    )
 
 
 class Sampling(BaseModel):
@@ -192,12 +198,15 @@ class Sampling(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    temperature: float | None = Field(default=None, ge=0, description="env default 1.0")
-    max_tokens: int | None = Field(default=None, ge=1, description="per call; env default 256")
+    temperature: float | None = Field(default=None, ge=0, le=100, description="env default 1.0")
+    max_tokens: int | None = Field(
+        default=None, ge=1, le=bounds.MAX_TOKENS, description="per call; env default 256"
+    )
     seed: int | None = Field(
         default=None,
-        description="the model's sampling seed; default: run_rollout's seed (GRPO groups give "
-        "each sample its own sampling seed on one task seed)",
+        ge=bounds.MIN_SEED,
+        le=bounds.MAX_SEED,
+        description="the model's seed; default: the rollout's seed",
     )
 
 
@@ -206,29 +215,43 @@ class Limits(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_turns: int | None = Field(default=None, ge=1, description="agent turns; env default 8")
+    max_turns: int | None = Field(
+        default=None, ge=1, le=bounds.MAX_TURNS, description="agent turns; env default 8"
+    )
     max_model_calls: int | None = Field(
-        default=None, ge=1, description="model calls the capture session allows"
+        default=None,
+        ge=1,
+        le=bounds.MAX_MODEL_CALLS,
+        description="model calls allowed",
     )
     timeout_s: float | None = Field(
-        default=None, gt=0, description="wall clock for the whole rollout (then ok=false)"
+        default=None,
+        gt=0,
+        le=bounds.MAX_TIMEOUT_S,
+        description="seconds for the whole rollout",
     )
 
 
 class RolloutRequest(BaseModel):
     """run_rollout's arguments, resolved (the llm is a spec or None)."""
 
-    task: str
-    harness: str | None = None
-    sandbox: str | None = None
+    task: bounds.Text
+    harness: bounds.Text | None = None
+    sandbox: bounds.Text | None = None
     llm: LLMSpec | None = None
     sampling: Sampling = Field(default_factory=Sampling)
     limits: Limits = Field(default_factory=Limits)
-    seed: int | None = None
+    seed: bounds.Seed | None = None
     task_config: dict[str, Any] | None = None
-    reward_key: str | None = None
+    reward_key: bounds.Text | None = None
     include_tokens: bool = False
     answer_mode: AnswerMode | None = None  # env tasks; None: the default (tool)
+
+    @field_validator("task_config")
+    @classmethod
+    def _bounded_config(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        bounds.check_task_config(value)
+        return value
 
 
 ANSWER_MODE_HELP = (

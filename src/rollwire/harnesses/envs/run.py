@@ -7,14 +7,18 @@ the rollout document. Every failure is a result: nothing raises out of here.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import httpx
 
+from rollwire.bounds import ENV_BUILD_TIMEOUT_S
 from rollwire.capture.export import RolloutDocument
 from rollwire.capture.findings import Finding, fatal, warn
 from rollwire.capture.proxy import CaptureProxy
@@ -66,6 +70,38 @@ def proxy_client(proxy: CaptureProxy, session_id: str) -> Upstream:
     return Upstream("http://rollwire-proxy/v1", api_key=session_id, transport=transport)
 
 
+#: env builds running at once, per event loop: they get threads of their own, so a collection
+#: at full concurrency never takes every worker thread from other clients' calls
+BUILD_THREADS = 4
+_limiters: weakref.WeakKeyDictionary[Any, anyio.CapacityLimiter] = weakref.WeakKeyDictionary()
+
+
+def _build_limiter() -> anyio.CapacityLimiter:
+    loop = asyncio.get_running_loop()
+    limiter = _limiters.get(loop)
+    if limiter is None:
+        limiter = _limiters[loop] = anyio.CapacityLimiter(BUILD_THREADS)
+    return limiter
+
+
+async def _build(make: Callable[[], Any], task: str) -> Any:
+    """Build an episode off the event loop, within ``ENV_BUILD_TIMEOUT_S``.
+
+    A generator's cost follows its config (a client's ``task_config``), so it never runs on
+    the loop; a build that takes too long, or is cancelled, is abandoned (its thread finishes
+    on its own; the episode fails naming the config)."""
+    try:
+        with anyio.fail_after(ENV_BUILD_TIMEOUT_S):
+            return await anyio.to_thread.run_sync(
+                make, abandon_on_cancel=True, limiter=_build_limiter()
+            )
+    except TimeoutError:
+        raise TaskError(
+            f"task_config: building an episode of {task!r} took more than "
+            f"{ENV_BUILD_TIMEOUT_S:g} s; choose a smaller config"
+        ) from None
+
+
 async def run_env_rollout(
     task: str,
     *,
@@ -97,8 +133,11 @@ async def run_env_rollout(
         check_answer_mode(adapter, answer_mode)
         # An adapter that takes answers only by tool may predate answer modes: not passed then.
         modal = {} if answer_mode == DEFAULT_ANSWER_MODE else {"answer_mode": answer_mode}
-        session = adapter.make_session(
-            name, dict(config or {}), seed=seed, episode_id=rollout_id, **modal
+        session = await _build(
+            lambda: adapter.make_session(
+                name, dict(config or {}), seed=seed, episode_id=rollout_id, **modal
+            ),
+            task,
         )
         offered = [t.openai() for t in session.list_tools()]
     except (TaskError, ReservedToolName) as exc:

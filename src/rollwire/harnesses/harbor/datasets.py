@@ -183,6 +183,22 @@ def _from_registry(path: Path, dataset: str | None) -> Dataset:
     )
 
 
+def registry_task_paths(path: Path) -> list[Path]:
+    """The local task directories a registry JSON file names, over all its datasets (tasks
+    fetched by git live in Harbor's own cache and are not listed). Raises DatasetError."""
+    try:
+        rows = json.loads(Path(path).read_text())
+        specs = [DatasetSpec.model_validate(row) for row in rows]
+    except (ValueError, TypeError, ValidationError) as exc:
+        raise DatasetError(f"{path} is not a Harbor registry JSON file: {exc}") from exc
+    return [
+        item.path if item.path.is_absolute() else Path(path).parent / item.path
+        for spec in specs
+        for item in spec.tasks
+        if item.git_url is None
+    ]
+
+
 def _pick_spec(specs: list[DatasetSpec], dataset: str | None, path: Path) -> DatasetSpec:
     available = [f"{s.name}@{s.version}" for s in specs]
     if dataset is None:
