@@ -539,7 +539,7 @@ def build_server(state: ServerState | None = None) -> MCPServer:
         stored = state.store.get(rollout_id)
         if stored is None:
             raise ToolError(f"rollout_id: no rollout {rollout_id!r} on this server")
-        return graph_view(rollout_id, stored.document, format)
+        return await anyio.to_thread.run_sync(graph_view, rollout_id, stored.document, format)
 
     @mcp.tool()
     async def info() -> InfoReport:
@@ -563,7 +563,10 @@ def build_server(state: ServerState | None = None) -> MCPServer:
             raise ResourceNotFoundError(
                 f"rollout {rollout_id!r} captured no model call, so it has no document"
             )
-        return orjson.dumps(stored.document.model_dump(mode="json")).decode()
+        document = stored.document  # large: serialised off the event loop
+        return await anyio.to_thread.run_sync(
+            lambda: orjson.dumps(document.model_dump(mode="json")).decode()
+        )
 
     @mcp.resource(
         "rollout://{rollout_id}/graph",
@@ -576,7 +579,10 @@ def build_server(state: ServerState | None = None) -> MCPServer:
         stored = state.store.get(rollout_id)
         if stored is None:
             raise ResourceNotFoundError(f"no rollout {rollout_id!r} on this server")
-        return graph_view(rollout_id, stored.document, "mermaid").model_dump_json()
+        document = stored.document
+        return await anyio.to_thread.run_sync(
+            lambda: graph_view(rollout_id, document, "mermaid").model_dump_json()
+        )
 
     return mcp
 
