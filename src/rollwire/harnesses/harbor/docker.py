@@ -109,6 +109,7 @@ __all__ = [
     "DockerBuildError",
     "DockerEnvironment",
     "DockerUnavailableError",
+    "ExecExitUnknownError",
     "ExecTimeoutError",
     "MissingBaseImageError",
     "docker_client",
@@ -132,7 +133,8 @@ _STDOUT, _STDERR = 1, 2
 _READ_CHUNK = 64 * 1024
 _POLL_SEC = 0.1  # how often a blocked reader looks at its stop flag
 _PIPE_GRACE_SEC = 0.5  # quiet time after the command's exit before its stream is let go
-_EXIT_CHECK_MAX_SEC = 1.0  # an idle exec is asked "still running?" at most this far apart
+_EXIT_CHECK_MAX_SEC = 1.0  # an idle exec is asked "has it ended?" at most this far apart
+_EXIT_RECORD_SEC = 10.0  # how long an exec whose stream ended may take to report its exit code
 _ABANDON_WAIT_SEC = 30.0  # how long a cut build's thread is waited for before it is left
 _ROOT_USERS = ("0", "root", "0:0", "root:root")
 _GO_MODE_DIR = 1 << 31  # Go's os.ModeDir, in the archive API's stat header
@@ -172,6 +174,11 @@ class DockerBuildError(SandboxBuildFailedError):
 
 class BuildTimeoutError(DockerBuildError, TimeoutError):
     """The build ran past the task's ``build_timeout_sec``; it was abandoned and cancelled."""
+
+
+class ExecExitUnknownError(RuntimeError):
+    """An exec's output stream ended but the daemon never said how it exited: what ran there
+    (a verifier writing its reward file, say) cannot be taken as finished."""
 
 
 # --- the daemon ----------------------------------------------------------------------------
@@ -1244,9 +1251,12 @@ def _pump(
 ) -> tuple[int, bool]:
     """Start an exec and read its output until it ends: (exit code, whether it started) (thread).
 
-    The daemon holds the stream open up to ~2 s after the command exits when a background
-    child keeps its stdout; an idle exec is asked whether it still runs, and once it has
-    exited and :data:`_PIPE_GRACE_SEC` passes with no output the stream is let go.
+    The daemon answers the start request (its stream) *before* it starts the process, so for a
+    moment the exec is neither running nor done (no exit code yet): only an exit code
+    says that it has ended, never "not running" alone. The daemon holds the stream open up to
+    ~2 s after the command exits when a background child keeps its stdout; an idle exec is asked
+    whether it has ended, and once it has and :data:`_PIPE_GRACE_SEC` passes with no output the
+    stream is let go.
     """
     sock = api.exec_start(exec_id, socket=True)
     buffer = bytearray()
@@ -1273,18 +1283,34 @@ def _pump(
             if exited_at is None and now - max(last_data, last_check) >= check_every:
                 last_check = now
                 check_every = min(check_every * 2, _EXIT_CHECK_MAX_SEC)
-                if not api.exec_inspect(exec_id).get("Running"):
+                if _exit_code(api.exec_inspect(exec_id)) is not None:
                     exited_at = now
     finally:
         _close(sock)
-    if stop.is_set():
-        return -1, True
-    for _ in range(50):  # the stream can end a moment before the daemon records the exit
+    # The daemon records the exit before it closes the stream; a loaded one may still be slow
+    # to answer. No exit code in time is an error, never a guessed one: the caller would go on
+    # (a verifier to read a reward file) while the command may still run.
+    deadline = time.monotonic() + _EXIT_RECORD_SEC
+    while not stop.is_set():
         info = api.exec_inspect(exec_id)
-        if not info.get("Running") and info.get("ExitCode") is not None:
-            return int(info["ExitCode"]), bool(info.get("Pid"))
+        code = _exit_code(info)
+        if code is not None:
+            return code, bool(info.get("Pid"))
+        if time.monotonic() > deadline:
+            raise ExecExitUnknownError(
+                f"the docker daemon let go of exec {exec_id[:12]}'s output but reported no exit "
+                f"code within {_EXIT_RECORD_SEC:g} s (it says: running={info.get('Running')!r}, "
+                f"pid={info.get('Pid')!r})"
+            )
         time.sleep(0.02)
     return -1, True
+
+
+def _exit_code(info: dict[str, Any]) -> int | None:
+    """An exec's exit code once the daemon says it has ended; None while it has not started
+    (running false, no exit code yet: the start request is answered first) or still runs."""
+    code = info.get("ExitCode")
+    return None if info.get("Running") or code is None else int(code)
 
 
 def _readable(sock: Any, timeout: float) -> bool:

@@ -46,6 +46,7 @@ from rollwire.harnesses.harbor.local import settled
 from rollwire.harnesses.harbor.sandboxes import runnable_sandbox
 from rollwire.harnesses.harbor.seams import Endpoint, Seam, environ_scope, get_seam
 from rollwire.harnesses.harbor.trial import (
+    NO_REWARD,
     TRIALS_DIR_ENV,
     TrialOutcome,
     _default_trials_dir,
@@ -466,7 +467,7 @@ async def _finish(
         if not captured:
             errors.insert(0, _no_calls_error(capture))
     if outcome.reward is None and not errors:
-        errors.append("the verifier gave no reward")
+        errors.append(f"{NO_REWARD}: the verifier gave no reward")
     timings = dict(outcome.timings)
     timings["total"] = round(time.perf_counter() - start, 4)
     result = summarise(

@@ -11,6 +11,7 @@ the verifier never ran, which is not 0.0.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import os
 import tempfile
@@ -41,6 +42,7 @@ AGENTS = ("oracle", "nop")  # agents that need no model; the LLM harnesses come 
 TRIALS_DIR_ENV = "ROLLWIRE_TRIALS_DIR"
 _TAIL_CHARS = 4000
 _PHASES = ("environment_setup", "agent_setup", "agent_execution", "verifier")
+NO_REWARD = "NoRewardError"  # a trial with no reward and no exception from Harbor to say why
 
 
 class TrialOutcome(BaseModel):
@@ -207,6 +209,10 @@ def _outcome(
                 timings[f"step.{step.step_name}.{name}"] = seconds
     if problem is not None:
         errors.append(problem)
+    exception_type = info.exception_type if info is not None else None
+    if reward is None and not errors:  # never a silent None: say which file was not there
+        errors.append(_no_reward_error(trial_dir, result))
+        exception_type = NO_REWARD
     if result.started_at is not None and result.finished_at is not None:
         timings["trial"] = _span(result.started_at, result.finished_at)
     timings["total"] = round(wall, 4)
@@ -217,12 +223,30 @@ def _outcome(
         rewards=valid,
         reward_key=reward_key,
         error="; ".join(errors) or None,
-        exception_type=info.exception_type if info is not None else None,
+        exception_type=exception_type,
         timings=timings,
         trial_dir=trial_dir,
         trial_name=result.trial_name,
         agent_log_tail=_agent_log_tail(trial_dir / "agent"),
         verifier_log_tail=_tail(trial_dir / "verifier" / "test-stdout.txt"),
+    )
+
+
+def _no_reward_error(trial_dir: Path, result: TrialResult) -> str:
+    """Why a trial that recorded no exception still has no reward, naming the files looked for."""
+    verifier = trial_dir / "verifier"
+    if result.verifier_result is None:
+        why = "the verifier gave no result"
+    else:
+        why = "the verifier's result holds no rewards"
+    present: list[str] | None = None
+    with contextlib.suppress(OSError):
+        present = sorted(p.name for p in verifier.iterdir())
+    seen = "absent" if present is None else f"holding {present or 'nothing'}"
+    return (
+        f"{NO_REWARD}: {why} and Harbor recorded no exception; the reward file "
+        f"({verifier / 'reward.txt'} or reward.json) was not read (the verifier directory is "
+        f"{seen})"
     )
 
 
