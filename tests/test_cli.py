@@ -145,6 +145,27 @@ def test_llm_url_is_required_with_no_fallback():
     assert out.returncode == 2 and "--llm-url" in out.stderr
 
 
+@pytest.mark.parametrize(
+    "command",
+    [["proxy"], ["rollout", "--task", "counter:to3"], ["serve", "--stdio"]],
+    ids=["proxy", "rollout", "serve"],
+)
+def test_on_bad_data_flag_reaches_the_proxy_config(command):
+    from rollwire.capture.proxy import CaptureProxy, ProxyConfig
+    from rollwire.server.cli import build_parser, token_in_settings
+
+    parser = build_parser()
+    url = ["--llm-url", "http://127.0.0.1:9/v1"]
+    default = token_in_settings(parser.parse_args([*command, *url]))
+    assert default["on_bad_data"] == "error"
+    chosen = token_in_settings(parser.parse_args([*command, *url, "--on-bad-data", "mask"]))
+    assert ProxyConfig(llm_url=url[1], **chosen).on_bad_data == "mask"
+    with pytest.raises(SystemExit):
+        parser.parse_args([*command, *url, "--on-bad-data", "drop"])
+    with pytest.raises(ValueError, match="on_bad_data"):
+        CaptureProxy(ProxyConfig(llm_url=url[1], on_bad_data="drop"))  # type: ignore[arg-type]
+
+
 def test_binding_beyond_loopback_needs_an_admin_key():
     out = rollwire(
         "proxy",

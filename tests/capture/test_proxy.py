@@ -284,27 +284,57 @@ def test_upstream_down_is_a_502_and_the_proxy_survives():
         assert httpx.get(f"{url}/health").json()["status"] == "ok"
 
 
-def test_shifted_logprobs_mask_the_turn_end_to_end(proxy: Proxy):
-    sid = proxy.open_session()
-    proxy.upstream.fake.behavior.update(shift_logprobs=True)
-    proxy.client(sid).chat.completions.create(
-        model="m", messages=[{"role": "user", "content": "x"}]
-    )
-    doc = proxy.rollout(sid)
+def test_shifted_logprobs_mask_the_turn_end_to_end_with_on_bad_data_mask(upstream):
+    cap, server = start_proxy(f"{upstream.url}/v1", on_bad_data="mask")
+    with server as url:
+        proxy = Proxy(cap, url, upstream)
+        sid = proxy.open_session()
+        upstream.fake.behavior.update(shift_logprobs=True)
+        proxy.client(sid).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "x"}]
+        )
+        doc = proxy.rollout(sid)
     (turn,) = doc["turns"]
     assert turn["trainable"] is False and turn["logprobs"] is None and turn["completion_token_ids"]
     assert "logprob_id_mismatch" in codes(turn["findings"])
     assert doc["stats"]["trainable_sequences"] == 0
 
 
-def test_null_logprob_from_engine_does_not_break_export(proxy: Proxy):
+def test_shifted_logprobs_are_a_502_by_default(proxy: Proxy):
+    sid = proxy.open_session()
+    proxy.upstream.fake.behavior.update(shift_logprobs=True)
+    with pytest.raises(openai.APIStatusError) as err:
+        proxy.client(sid).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "x"}]
+        )
+    assert err.value.status_code == 502
+    assert err.value.body["message"].startswith(
+        "upstream reply unusable for training: logprob_id_mismatch: position 0: "
+    )
+    assert err.value.body["type"] == "upstream_error"
+    assert err.value.body["code"] == "logprob_id_mismatch"
+    doc = proxy.rollout(sid)
+    assert doc["turns"] == [] and doc["sequences"] == []
+    assert "logprob_id_mismatch" in codes(doc["findings"])
+
+
+def test_null_logprob_from_engine_is_refused_and_does_not_break_export(proxy: Proxy):
     sid = proxy.open_session()
     proxy.upstream.fake.behavior.update(null_logprob_at=2)
+    with pytest.raises(openai.APIStatusError) as err:
+        proxy.client(sid).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "x"}]
+        )
+    assert err.value.status_code == 502 and "logprob_invalid: position 2:" in err.value.message
+    proxy.upstream.fake.behavior.update(null_logprob_at=None)
     proxy.client(sid).chat.completions.create(
         model="m", messages=[{"role": "user", "content": "x"}]
     )
-    (turn,) = proxy.rollout(sid)["turns"]
-    assert turn["logprobs"] is None and "logprob_invalid" in codes(turn["findings"])
+    doc = proxy.rollout(sid)
+    (turn,) = doc["turns"]
+    assert turn["node_id"] == "t2" and turn["trainable"]
+    assert "logprob_invalid" in codes(doc["findings"])
+    assert doc["stats"]["trainable_sequences"] == 1
 
 
 def test_noncanonical_split_is_counted_as_retokenized(proxy: Proxy):

@@ -538,7 +538,8 @@ def _scores(
     pool = [t for t in _ALT_POOL if t != chosen]
     alts = rng.sample(pool, MAX_LOGPROBS)
     logits = [rng.gauss(1.0, 1.5)] + [rng.gauss(0.0, 1.5) for _ in alts]
-    scale = 1.0 if raw or temperature <= 0 else 1.0 / temperature
+    # vLLM samples greedily below its _SAMPLING_EPS (1e-5), with the logits unscaled.
+    scale = 1.0 if raw or temperature < 1e-5 else 1.0 / temperature
     lps = _log_softmax([v * scale for v in logits])
     ranked = sorted(zip(alts, lps[1:], strict=True), key=lambda p: (-p[1], p[0]))
     return lps[0], ranked
@@ -667,6 +668,33 @@ class _Reject(Exception):
         self.response = response
 
 
+def _check_shapes(messages: Any, tools: Any) -> None:
+    """400, as vLLM's request validation answers, for a tool or an assistant tool call that is
+    not an object with a ``function`` object (the toy engine reads their fields)."""
+
+    def functions(items: Any, loc: tuple[Any, ...]) -> None:
+        if items is not None and not isinstance(items, list):
+            raise _Reject(
+                _validation_error("list_type", loc, "Input should be a valid list", items)
+            )
+        for i, item in enumerate(items or []):
+            fn = item.get("function") if isinstance(item, Mapping) else None
+            if not isinstance(fn, Mapping) or not isinstance(fn.get("name", ""), str):
+                raise _Reject(
+                    _validation_error(
+                        "model_type",
+                        (*loc, i, "function"),
+                        "Input should be an object with a string 'name'",
+                        item,
+                    )
+                )
+
+    functions(tools, ("body", "tools"))
+    for i, message in enumerate(messages if isinstance(messages, list) else []):
+        if isinstance(message, Mapping):
+            functions(message.get("tool_calls"), ("body", "messages", i, "tool_calls"))
+
+
 def _int_param(body: Mapping[str, Any], name: str) -> int | None:
     value = body.get(name)
     if value is None:
@@ -767,6 +795,7 @@ class FakeVLLM:
     ) -> list[int]:
         """A chat request's prompt ids; ``tools`` are rendered only with
         ``Behavior.tools_in_prompt``."""
+        _check_shapes(messages, tools)
         return render_chat(
             messages,
             add_generation_prompt=add_generation_prompt,
@@ -911,8 +940,9 @@ class FakeVLLM:
         by_name = {((t or {}).get("function") or {}).get("name"): t for t in tools}
         first_name = next(iter(by_name))
         if isinstance(choice, Mapping):
-            name = (choice.get("function") or {}).get("name")
-            if name not in by_name:
+            fn = choice.get("function")
+            name = fn.get("name") if isinstance(fn, Mapping) else None
+            if not isinstance(name, str) or name not in by_name:
                 raise _Reject(
                     _error(
                         400,
@@ -1228,6 +1258,7 @@ class FakeVLLM:
                 )
             )
         model = self._check_model(body)
+        _check_shapes(messages, body.get("tools"))
         plan = self._tool_plan(body, messages)
         n = _int_param(body, "n")
         n = 1 if n is None else n

@@ -103,6 +103,22 @@ async def test_env_crash_mid_episode_is_a_result_with_no_reward(proxy, monkeypat
     assert any("boom" in (f.message or "") for f in out.result.findings)
 
 
+@pytest.mark.parametrize(
+    "proxy", [{"tool_call_every_turn": True, "shift_logprobs": True}], indirect=True
+)
+async def test_bad_capture_data_is_a_model_error_result_not_a_crash(proxy):
+    """The proxy refuses a reply whose ids and logprobs disagree (502, on_bad_data="error"): the
+    tool loop ends with a model error naming the finding, and nothing is trained on."""
+    out = await run_env_rollout("counter:to3", proxy=proxy, seed=1)
+    result = out.result
+    assert not result.ok and result.stop_reason == "model_error"
+    assert "upstream reply unusable for training: logprob_id_mismatch" in result.error
+    assert any(
+        f.code == "model_error" and "logprob_id_mismatch" in f.message for f in result.findings
+    )
+    assert result.n_trainable_tokens == 0 and out.document.turns == []
+
+
 async def test_unreachable_model_is_a_failed_result():
     proxy = CaptureProxy(
         ProxyConfig(llm_url="http://127.0.0.1:9", model="smol", capture_level=CaptureLevel.TOKENS),

@@ -9,17 +9,20 @@ Control plane: ``/sessions`` (open, list, read, export, close), always behind an
 from __future__ import annotations
 
 import contextlib
+import email.utils
 import functools
 import logging
+import re
 import secrets
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import parse_qsl
 
 import anyio
 import orjson
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
@@ -29,7 +32,7 @@ from rollwire.capture.dialects import chat, load_dialects
 from rollwire.capture.dialects.base import Dialect, DialectError
 from rollwire.capture.findings import Finding, info, warn
 from rollwire.capture.ingest import ingest_chat_reply
-from rollwire.capture.rollout import CaptureLevel
+from rollwire.capture.rollout import CaptureLevel, Turn
 from rollwire.capture.session import CaptureSession, SessionStore
 from rollwire.capture.splice import (
     CallMemory,
@@ -46,7 +49,14 @@ from rollwire.capture.upstream import Upstream, UpstreamError
 log = logging.getLogger("rollwire.proxy")
 
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+# The deepest JSON nesting a request body may have. orjson reads 1024 levels but writes only 254,
+# and a request is written again (to the engine, into session listings and rollout documents)
+# inside a few levels of its own: deeper bodies are refused at the door, with room to spare.
+MAX_JSON_DEPTH = 128
 AUX_HEADER = "x-rollwire-role"
+
+BadDataPolicy = Literal["error", "mask"]
+BAD_DATA_POLICIES: tuple[BadDataPolicy, ...] = ("error", "mask")
 
 
 @dataclass(frozen=True)
@@ -79,6 +89,11 @@ class ProxyConfig:
     # proxy); named as vLLM's --tool-call-parser / --reasoning-parser.
     tool_parser: str = "hermes"
     reasoning_parser: str = "none"
+    # A reply whose capture data is wrong (ids and logprobs that disagree, no ids, a logprob
+    # that is not a log-probability, another model's sample) on a tokens-tier session: refuse
+    # it with a 502 in the caller's dialect, nothing recorded as a turn (error), or pass it on
+    # and record the turn masked, never a loss target (mask). See BAD_DATA.
+    on_bad_data: BadDataPolicy = "error"
 
 
 def certified_config(llm_url: str, cert: Certification, **settings: Any) -> ProxyConfig:
@@ -192,6 +207,40 @@ class _TooLarge(Exception):
     pass
 
 
+def _nests_too_deep(value: Any) -> bool:
+    """Whether a parsed JSON value nests more than MAX_JSON_DEPTH levels. orjson itself tells
+    (at C speed, no Python walk over a large body): wrapped in as many more levels as it can
+    write beyond MAX_JSON_DEPTH, the value must still serialise."""
+    for _ in range(254 - MAX_JSON_DEPTH):
+        value = [value]
+    try:
+        orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return True
+    return False
+
+
+def _deep_field(value: Any) -> str:
+    """The field under which a too-deep value nests too deep (its first three steps), for the
+    error message; walked only once the value is known to be too deep."""
+    stack: list[tuple[Any, tuple[Any, ...]]] = [(value, ())]
+    while stack:
+        item, path = stack.pop()
+        if len(path) >= MAX_JSON_DEPTH:
+            break
+        if isinstance(item, dict):
+            stack.extend((v, (*path, k)) for k, v in item.items())
+        elif isinstance(item, list):
+            stack.extend((v, (*path, i)) for i, v in enumerate(item))
+    else:
+        return "body"
+    text = "".join(
+        f"[{s}]" if isinstance(s, int) else f".{s}" if s.isidentifier() else f"[{s!r}]"
+        for s in path[:3]
+    )
+    return text.lstrip(".")
+
+
 @dataclass
 class _Failure:
     """A call that ends in an error, before it is shaped for the caller's dialect."""
@@ -202,11 +251,161 @@ class _Failure:
     param: str | None = None
     code: Any = None
     passthrough: dict[str, Any] | None = None  # the engine's own OpenAI-shaped error
+    headers: dict[str, str] | None = None  # e.g. the engine's Retry-After, passed on
 
     def chat_response(self) -> Response:
         if self.passthrough is not None:
-            return json_response({"error": self.passthrough}, self.status)
-        return _error(self.status, self.message, type_=self.type_, param=self.param, code=self.code)
+            response = json_response({"error": self.passthrough}, self.status)
+        else:
+            response = _error(
+                self.status, self.message, type_=self.type_, param=self.param, code=self.code
+            )
+        response.headers.update(self.headers or {})
+        return response
+
+
+def _valid_retry_after(value: str | None) -> bool:
+    """A ``Retry-After`` worth passing on: delay-seconds or an HTTP date (RFC 9110 10.2.3)."""
+    if not value or len(value) > 64:
+        return False
+    value = value.strip()
+    if value.isdigit():
+        return True
+    with contextlib.suppress(TypeError, ValueError, IndexError):
+        return email.utils.parsedate_to_datetime(value) is not None
+    return False
+
+
+def _malformed_reply(reply: Any) -> str | None:
+    """What makes a parsed 200 unusable as a chat completion (None when nothing does): the types
+    ingest and every dialect's reply rely on. A reply that is not an object or has no choices is
+    left to ingest (which says so); a message that is not an object, content that is not text,
+    a tool call that is not an object with a function name and a string of arguments is refused
+    here, before it can become a turn or crash a dialect's rendering."""
+    choices = reply.get("choices") if isinstance(reply, dict) else None
+    if not isinstance(choices, list):
+        return None
+    for i, choice in enumerate(choices):
+        where = f"choices[{i}]"
+        if not isinstance(choice, dict):
+            return f"{where} is {_type_name(choice)}, not an object"
+        message = choice.get("message")
+        if message is None:
+            continue
+        if not isinstance(message, dict):
+            return f"{where}.message is {_type_name(message)}, not an object"
+        content = message.get("content")
+        if content is not None and not isinstance(content, str | list):
+            return f"{where}.message.content is {_type_name(content)}, not text"
+        for key in ("reasoning_content", "reasoning", "refusal"):
+            value = message.get(key)
+            if value is not None and not isinstance(value, str):
+                return f"{where}.message.{key} is {_type_name(value)}, not text"
+        calls = message.get("tool_calls")
+        if calls is None:
+            continue
+        if not isinstance(calls, list):
+            return f"{where}.message.tool_calls is {_type_name(calls)}, not a list"
+        for j, call in enumerate(calls):
+            at = f"{where}.message.tool_calls[{j}]"
+            fn = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(fn, dict):
+                return f"{at} has no function object"
+            if not isinstance(fn.get("name"), str) or not fn["name"]:
+                return f"{at}.function.name is {_type_name(fn.get('name'))}, not a name"
+            if not isinstance(fn.get("arguments", ""), str):
+                return f"{at}.function.arguments is {_type_name(fn['arguments'])}, not a string"
+    return None
+
+
+def _type_name(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+# "gpt-4o" answers as "gpt-4o-2024-08-06", "claude-sonnet-4" as "claude-sonnet-4-20250514".
+_DATE_SUFFIX = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8}|\d{4})")
+
+
+def _check_reply_model(turn: Turn, model: str, reply: dict[str, Any]) -> None:
+    """A reply that names another model than the one the call was sent to (a router or load
+    balancer that sent it elsewhere, a stale policy version) was sampled by another policy: its
+    logprobs are not the served model's. The turn keeps its ids as context and is masked (never
+    a loss target), with a WARN naming both models (at the tokens tier the call is then refused,
+    unless ``on_bad_data="mask"``). A dated alias of the same name matches."""
+    answered = reply.get("model")
+    if not isinstance(answered, str) or answered == model:
+        return
+    suffix = answered.removeprefix(model)
+    if suffix != answered and _DATE_SUFFIX.fullmatch(suffix):
+        return
+    turn.sampled_logprobs = None
+    turn.certain = None
+    turn.findings.append(
+        warn(
+            "model_mismatch",
+            f"the call was sent to model {model!r} but the reply names {answered!r}: another "
+            "policy's sample; turn masked (ids kept as context)",
+            turn.node_id,
+        )
+    )
+
+
+# Findings that say a turn's sampled ids may not be what the engine sampled (or not by this
+# model): a later call is not spliced onto such a turn (token-in renders it instead).
+_SUSPECT_IDS = frozenset({"logprob_length_mismatch", "logprob_id_mismatch", "model_mismatch"})
+
+
+def _ids_suspect(turn: Turn) -> bool:
+    return any(f.code in _SUSPECT_IDS for f in turn.findings)
+
+
+#: Findings that say an engine's reply is unusable for training at the tokens tier: its ids and
+#: logprobs disagree or are missing, a logprob is not a log-probability, or another model
+#: sampled it. ``ProxyConfig.on_bad_data`` says whether such a reply is refused (a 502) or
+#: passed on with its turn masked.
+BAD_DATA = frozenset(
+    {
+        "missing_token_ids",
+        "missing_logprobs",
+        "logprobs_malformed",
+        "logprob_length_mismatch",
+        "null_logprob_entry",
+        "logprob_tokens_not_ids",
+        "logprob_id_unparsable",
+        "logprob_id_mismatch",
+        "logprob_invalid",
+        "model_mismatch",
+    }
+)
+# What ingest says it did about a bad reply ("turn masked", ...): not what happens when the
+# reply is refused instead.
+_MASKED_CLAUSE = re.compile(
+    r"[:;] (turn masked|turn's logprobs dropped|this turn cannot be trained)[^:;]*$"
+)
+
+
+def _bad_data_failure(session: CaptureSession, turn: Turn) -> _Failure | None:
+    """The refusal of a tokens-tier reply whose capture data is wrong (None when it is not):
+    recorded on the session as an error, one finding per fault, and shaped for the caller as
+    a 502 naming them."""
+    bad = [f for f in turn.findings if f.code in BAD_DATA]
+    if not bad:
+        return None
+    faults = "; ".join(f"{f.code}: {_MASKED_CLAUSE.sub('', f.message)}" for f in bad)
+    message = f"upstream reply unusable for training: {faults}"
+    for i, finding in enumerate(bad):
+        detail = _MASKED_CLAUSE.sub("", finding.message)
+        session.record(
+            warn(finding.code, f"{detail}; refused with a 502, no turn recorded", turn.node_id),
+            error=i == 0,
+        )
+    log.warning(
+        "session %s call %s: %s (refused; --on-bad-data mask passes such replies on, masked)",
+        session.session_id,
+        turn.node_id,
+        message,
+    )
+    return _Failure(502, message, "upstream_error", code=bad[0].code)
 
 
 def _remember_tool_arguments(session: CaptureSession, reply: dict[str, Any]) -> None:
@@ -265,6 +464,46 @@ def _is_aux(request: Request) -> bool:
     return request.headers.get(AUX_HEADER, "").lower() in ("auxiliary", "aux")
 
 
+def _speaker(request: Request) -> str | None:
+    """The dialect a request speaks when its route does not say (a shared or unknown route):
+    Google's and Anthropic's path prefixes, else their key headers; None for OpenAI's."""
+    path, headers = request.scope["path"], request.headers
+    path = path.removeprefix(request.scope.get("root_path", ""))  # mounted: e.g. /capture
+    if path.startswith(("/v1beta/", "/v1/models/")):
+        return "google"
+    if path.startswith("/v1/messages"):
+        return "anthropic"
+    if "x-goog-api-key" in headers or "key" in request.query_params:
+        return "google"
+    if "anthropic-version" in headers:
+        return "anthropic"
+    return None
+
+
+def _route_error(request: Request, exc: HTTPException) -> Response:
+    """A routing refusal (no such route: 404; a route without this method: 405) as a JSON error
+    in the caller's dialect, instead of Starlette's plain text an SDK cannot read."""
+    status, path = exc.status_code, request.url.path
+    if status == 404:
+        message = f"no such route: {request.method} {path}"
+    elif status == 405:
+        allowed = (exc.headers or {}).get("Allow", "")
+        message = f"method {request.method} is not allowed on {path} (allowed: {allowed})"
+    else:
+        message = str(exc.detail)
+    dialect = next((d for d in load_dialects() if d.name == _speaker(request)), None)
+    if dialect is not None:
+        response = json_response(dialect.error(status, message, None), status)
+    else:
+        type_ = "not_found_error" if status == 404 else "invalid_request_error"
+        response = _error(status, message, type_=type_)
+    response.headers.update(exc.headers or {})
+    return response
+
+
+_ROUTE_ERRORS = {HTTPException: _route_error}
+
+
 async def _read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
@@ -299,6 +538,10 @@ class CaptureProxy:
         self._max_model_len: int | None = None
         self.parsers = Parsers(config.tool_parser, config.reasoning_parser)
         name = config.token_in_path or "vllm_chat"
+        if config.on_bad_data not in BAD_DATA_POLICIES:
+            raise ValueError(
+                f"unknown on_bad_data {config.on_bad_data!r}; known: {', '.join(BAD_DATA_POLICIES)}"
+            )
         if name not in PATHS:
             raise ValueError(f"unknown token_in_path {name!r}; known: {sorted(PATHS)}")
         self.token_path: TokenPath | None = PATHS[name] if config.token_in != "off" else None
@@ -320,6 +563,7 @@ class CaptureProxy:
                 Route("/sessions/{session_id}", self.close_session, methods=["DELETE"]),
                 Route("/sessions/{session_id}/rollout", self.get_rollout, methods=["GET"]),
             ],
+            exception_handlers=_ROUTE_ERRORS,
             lifespan=self._lifespan,
         )
         self.app.state.proxy = self
@@ -333,7 +577,8 @@ class CaptureProxy:
         (:mod:`rollwire.harnesses.harbor.gate`). It has no lifespan: the proxy's own app must be
         running (its upstream open) while this one serves.
         """
-        return _SessionPin(Starlette(routes=list(self.data_routes)), session_id)
+        app = Starlette(routes=list(self.data_routes), exception_handlers=_ROUTE_ERRORS)
+        return _SessionPin(app, session_id)
 
     def _dialect_routes(self) -> list[Route]:
         routes = []
@@ -425,15 +670,7 @@ class CaptureProxy:
     async def models(self, request: Request) -> Response:
         """``GET /v1/models``: the one model this proxy serves (in Google's or Anthropic's shape
         when the caller speaks that dialect: the route is shared)."""
-        headers = request.headers
-        speaker = (
-            "google"
-            if "x-goog-api-key" in headers or "key" in request.query_params
-            else "anthropic"
-            if "anthropic-version" in headers
-            else None
-        )
-        dialect = next((d for d in load_dialects() if d.name == speaker), None)
+        dialect = next((d for d in load_dialects() if d.name == _speaker(request)), None)
         if dialect is not None:
             return await self.dialect_call(dialect, "models", request)
         session = self._session_or_401(request)
@@ -489,9 +726,18 @@ class CaptureProxy:
                 413, f"request body is larger than {limit} bytes", "invalid_request_error"
             )
         try:
-            return orjson.loads(raw)
+            body = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             return _Failure(400, f"request body is not valid JSON: {exc}", "invalid_request_error")
+        if _nests_too_deep(body):
+            where = _deep_field(body)
+            return _Failure(
+                400,
+                f"request body nests JSON deeper than {MAX_JSON_DEPTH} levels (under {where})",
+                "invalid_request_error",
+                param=where,
+            )
+        return body
 
     async def _capture_turn(
         self,
@@ -539,6 +785,10 @@ class CaptureProxy:
         except UpstreamError as exc:
             return self._upstream_failed(session, node_id, exc)
         reply = normalise_reply(reply)
+        malformed = _malformed_reply(reply)
+        if malformed is not None:
+            msg = f"upstream answered 200 with a malformed chat completion: {malformed}"
+            return self._upstream_failed(session, node_id, UpstreamError("malformed_reply", msg))
         if send is not None and echoed != send.ids:
             # The engine rendered the messages itself: the turn is what it saw, not a splice.
             token_in = {"token_in_mode": "fallback:engine_ignored_token_in"}
@@ -571,9 +821,14 @@ class CaptureProxy:
                 session.record(finding.model_copy(update={"node_id": node_id}), error=True)
             msg = "; ".join(f.message for f in ingested.findings) or "unusable upstream reply"
             return _Failure(502, msg, "upstream_error")
+        _check_reply_model(ingested.turn, model, reply)
+        if self.config.on_bad_data == "error" and session.capture_level is CaptureLevel.TOKENS:
+            refused = _bad_data_failure(session, ingested.turn)
+            if refused is not None:
+                return refused
         session.graph.add(ingested.turn)
         _remember_tool_arguments(session, reply)
-        if self.config.token_in != "off":
+        if self.config.token_in != "off" and not _ids_suspect(ingested.turn):
             _remember_call(session, body, ingested.turn)
         return chat.caller_reply(reply, prepared), prepared
 
@@ -717,7 +972,7 @@ class CaptureProxy:
                 return fail(502, getattr(exc, "message", str(exc)))
         body = await self._json_body(request)
         if isinstance(body, _Failure):
-            return fail(body.status, body.message)
+            return fail(body.status, body.message, body.param)
         if not isinstance(body, dict):
             return fail(400, f"request body must be a JSON object, got {type(body).__name__}")
         if kind == "count":  # answered, never recorded as a turn
@@ -739,7 +994,9 @@ class CaptureProxy:
             notes=[str(n) for n in notes] if isinstance(notes, list) else None,
         )
         if isinstance(outcome, _Failure):
-            return fail(outcome.status, outcome.message, outcome.param)
+            response = fail(outcome.status, outcome.message, outcome.param)
+            response.headers.update(outcome.headers or {})
+            return response
         out, _ = outcome
         reply = dialect.reply(out, translated)
         if translated.stream:
@@ -749,13 +1006,35 @@ class CaptureProxy:
     def _upstream_failed(
         self, session: CaptureSession, node_id: str, exc: UpstreamError
     ) -> _Failure:
+        """Record a failed upstream call on the session and shape it for the caller.
+
+        An engine's error status reaches the caller as that status, so the agent's own retry
+        policy sees what it would see from the engine (a 429 is retried, a 400 is not), with a
+        message that names the upstream as its source (never mistaken for a fault of rollwire's
+        own), the engine's own OpenAI error object on the chat route, and its ``Retry-After``
+        passed on as is: the proxy never waits on the caller's behalf. Any other failure is a
+        502 (no usable reply), or a 504 when the engine did not answer within ``timeout_s``.
+        """
         session.record(warn(f"upstream_{exc.kind}", exc.message, node_id), error=True)
         log.warning("session %s call %s: %s", session.session_id, node_id, exc.message)
         if exc.kind == "http" and exc.status is not None:
+            headers = (
+                {"retry-after": exc.retry_after} if _valid_retry_after(exc.retry_after) else None
+            )
             err = exc.body.get("error") if isinstance(exc.body, dict) else None
             if isinstance(err, dict) and "message" in err:
-                return _Failure(exc.status, str(err["message"]), "upstream_error", passthrough=err)
-            return _Failure(exc.status, exc.message, "upstream_error", code=exc.status)
+                message = f"upstream answered {exc.status}: {err['message']}"
+                return _Failure(
+                    exc.status,
+                    message,
+                    "upstream_error",
+                    param=err.get("param") if isinstance(err.get("param"), str) else None,
+                    passthrough={**err, "message": message},
+                    headers=headers,
+                )
+            return _Failure(
+                exc.status, exc.message, "upstream_error", code=exc.status, headers=headers
+            )
         status = 504 if exc.kind == "timeout" else 502
         return _Failure(status, exc.message, "upstream_error", code=exc.kind)
 
@@ -823,6 +1102,13 @@ class CaptureProxy:
         if not isinstance(metadata, dict):
             return _error(
                 400, "'metadata' must be an object", type_="invalid_request_error", param="metadata"
+            )
+        if _nests_too_deep(metadata):
+            return _error(
+                400,
+                f"'metadata' nests JSON deeper than {MAX_JSON_DEPTH} levels",
+                type_="invalid_request_error",
+                param="metadata",
             )
         cap = options.get("max_model_calls")
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):

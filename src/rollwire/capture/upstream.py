@@ -2,24 +2,44 @@
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 from urllib.parse import urlsplit
 
+import anyio
 import httpx
 import orjson
 
 
 class UpstreamError(Exception):
-    """The endpoint did not give a usable reply. ``kind``: http, timeout, connect, invalid_json."""
+    """The endpoint did not give a usable reply. ``kind`` says how:
+
+    - ``connect``: no reply at all (refused, unreachable, or closed before a status line);
+    - ``timeout``: no whole reply within ``timeout_s`` (a hang, a stall, a trickle);
+    - ``disconnected``: the connection closed in the middle of the reply's body;
+    - ``http``: an error status (``status``; ``body`` is the parsed JSON body, if any;
+      ``retry_after`` the ``Retry-After`` header, if any);
+    - ``invalid_json``: a success status whose body is not JSON;
+    - ``unexpected_stream``: an event stream (``text/event-stream``) where a JSON reply was asked;
+    - ``malformed_reply``: JSON that is not a usable reply (raised by the proxy's own checks).
+    """
 
     def __init__(
-        self, kind: str, message: str, *, status: int | None = None, body: Any = None
+        self,
+        kind: str,
+        message: str,
+        *,
+        status: int | None = None,
+        body: Any = None,
+        retry_after: str | None = None,
     ) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
         self.status = status
         self.body = body
+        self.retry_after = retry_after
 
 
 def normalise_base_url(llm_url: str) -> str:
@@ -62,31 +82,86 @@ class Upstream:
         await self._client.aclose()
 
     async def request_json(self, method: str, path: str, body: Any = None) -> Any:
-        """Send one request; return parsed JSON or raise :class:`UpstreamError`."""
+        """Send one request; return parsed JSON or raise :class:`UpstreamError`.
+
+        ``timeout_s`` bounds the whole exchange, status line to last byte: httpx's own timeouts
+        bound each read, so a reply that trickles a byte at a time would never end without it.
+        """
         content = orjson.dumps(body) if body is not None else None
         headers = {"Content-Type": "application/json"} if content is not None else None
+        request = self._client.build_request(method, path, content=content, headers=headers)
+        started: list[httpx.Response] = []  # the response, once its status line is in
         try:
-            resp = await self._client.request(method, path, content=content, headers=headers)
+            with anyio.fail_after(self.timeout_s):
+                resp, raw = await self._exchange(request, started)
+        except TimeoutError:
+            raise self._timed_out(started[0] if started else None, "total deadline") from None
+        return self._parse(resp, raw)
+
+    def _timed_out(self, resp: httpx.Response | None, why: str) -> UpstreamError:
+        """``why``: httpx's timeout (no byte for ``timeout_s``), or the total deadline."""
+        if resp is None:
+            msg = f"upstream {self.base_url} timed out after {self.timeout_s:g}s with no reply ({why})"
+            return UpstreamError("timeout", msg)
+        msg = (
+            f"upstream {self.base_url} answered {resp.status_code} but its body was still "
+            f"incomplete when it timed out after {self.timeout_s:g}s ({why})"
+        )
+        return UpstreamError("timeout", msg, status=resp.status_code)
+
+    async def _exchange(
+        self, request: httpx.Request, started: list[httpx.Response]
+    ) -> tuple[httpx.Response, bytes]:
+        try:
+            resp = await self._client.send(request, stream=True)
         except httpx.TimeoutException as exc:
-            msg = f"upstream {self.base_url} timed out after {self.timeout_s:g}s ({type(exc).__name__})"
-            raise UpstreamError("timeout", msg) from exc
-        except httpx.TransportError as exc:
+            raise self._timed_out(None, type(exc).__name__) from exc
+        except httpx.ConnectError as exc:
             msg = f"cannot reach upstream {self.base_url}: {type(exc).__name__}: {exc}"
             raise UpstreamError("connect", msg) from exc
+        except httpx.TransportError as exc:
+            msg = (
+                f"upstream {self.base_url} closed the connection without answering: "
+                f"{type(exc).__name__}: {exc}"
+            )
+            raise UpstreamError("connect", msg) from exc
+        started.append(resp)
         try:
-            parsed = orjson.loads(resp.content)
+            raw = await resp.aread()
+        except httpx.TimeoutException as exc:
+            raise self._timed_out(resp, type(exc).__name__) from exc
+        except httpx.TransportError as exc:
+            msg = (
+                f"upstream {self.base_url} closed the connection in the middle of its "
+                f"{resp.status_code} reply: {type(exc).__name__}: {exc}"
+            )
+            raise UpstreamError("disconnected", msg, status=resp.status_code) from exc
+        finally:
+            await resp.aclose()
+        return resp, raw
+
+    def _parse(self, resp: httpx.Response, raw: bytes) -> Any:
+        try:
+            parsed = orjson.loads(raw)
         except orjson.JSONDecodeError:
+            parsed = _lenient_json(raw)
+        if parsed is _NOT_JSON:
             parsed = None
             if resp.is_success:
-                snippet = resp.content[:200].decode("utf-8", "replace")
+                if _is_event_stream(resp, raw):
+                    raise UpstreamError(
+                        "unexpected_stream", _stream_message(resp, raw), status=resp.status_code
+                    ) from None
+                snippet = raw[:200].decode("utf-8", "replace")
                 msg = f"upstream answered {resp.status_code} with a body that is not JSON: {snippet!r}"
                 raise UpstreamError("invalid_json", msg, status=resp.status_code) from None
         if not resp.is_success:
             raise UpstreamError(
                 "http",
-                f"upstream answered {resp.status_code}: {_error_message(parsed, resp)}",
+                f"upstream answered {resp.status_code}: {_error_message(parsed, resp, raw)}",
                 status=resp.status_code,
                 body=parsed,
+                retry_after=resp.headers.get("retry-after"),
             )
         return parsed
 
@@ -127,7 +202,21 @@ class Upstream:
         return [str(m["id"]) for m in await self.model_cards()]
 
 
-def _error_message(parsed: Any, resp: httpx.Response) -> str:
+_NOT_JSON = object()
+
+
+def _lenient_json(raw: bytes) -> Any:
+    """JSON as Python's ``json`` writes it by default, which orjson refuses: ``NaN`` and
+    ``Infinity`` (a Python server's non-finite logprob) and integers beyond 64 bits. The reply
+    stays usable (ingest masks a turn whose logprobs are not finite); anything else that orjson
+    refuses is not JSON (``_NOT_JSON``)."""
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        return _NOT_JSON
+
+
+def _error_message(parsed: Any, resp: httpx.Response, raw: bytes) -> str:
     if isinstance(parsed, dict):
         err = parsed.get("error", parsed)
         if isinstance(err, dict) and err.get("message"):
@@ -136,4 +225,35 @@ def _error_message(parsed: Any, resp: httpx.Response) -> str:
             return err
         if parsed.get("detail"):
             return str(parsed["detail"])
-    return resp.content[:300].decode("utf-8", "replace") or resp.reason_phrase
+    text = raw[:2000].decode("utf-8", "replace")
+    if "html" in resp.headers.get("content-type", "").lower() or text.lstrip().startswith("<"):
+        # A gateway's error page (nginx: "502 Bad Gateway"): its title, else its text.
+        title = _HTML_TITLE.search(text)
+        text = title.group(1) if title else _HTML_TAG.sub(" ", text)
+        text = " ".join(text.split())
+    return text[:300] or resp.reason_phrase
+
+
+_HTML_TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
+_HTML_TAG = re.compile(r"<[^>]*>")
+
+
+def _is_event_stream(resp: httpx.Response, raw: bytes) -> bool:
+    ctype = resp.headers.get("content-type", "").lower()
+    return "text/event-stream" in ctype or raw.lstrip().startswith((b"data:", b"event:"))
+
+
+def _stream_message(resp: httpx.Response, raw: bytes) -> str:
+    """What an event stream that came instead of a JSON reply looked like (stream=false was
+    sent: the proxy never asks an engine to stream)."""
+    events = [e for e in raw.replace(b"\r\n", b"\n").split(b"\n\n") if e.strip()]
+    done = any(e.strip().endswith(b"data: [DONE]") for e in events)
+    ending = (
+        "it ended with data: [DONE]"
+        if done
+        else "it was cut before data: [DONE] (truncated stream)"
+    )
+    return (
+        f"upstream answered {resp.status_code} with an event stream ({len(events)} events) "
+        f"where a JSON reply was asked (stream=false); {ending}"
+    )

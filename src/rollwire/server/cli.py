@@ -22,7 +22,7 @@ import orjson
 
 from rollwire.capture.certify import Certification, Verdict, render_table, validate_llm
 from rollwire.capture.parity import render_report, run_parity
-from rollwire.capture.proxy import CaptureProxy, certified_config
+from rollwire.capture.proxy import BAD_DATA_POLICIES, CaptureProxy, certified_config
 from rollwire.capture.rollout import CaptureLevel
 from rollwire.capture.token_paths import PATH_ORDER, REASONING_PARSERS, TOOL_PARSERS
 from rollwire.capture.upstream import Upstream
@@ -272,15 +272,26 @@ def _endpoint_args(parser: argparse.ArgumentParser, *, required: bool = True) ->
         default="none",
         help="the engine's reasoning parser (as vLLM's --reasoning-parser), for the same path",
     )
+    parser.add_argument(
+        "--on-bad-data",
+        choices=BAD_DATA_POLICIES,
+        default="error",
+        help="a reply whose capture data is wrong (token ids and logprobs that disagree or are "
+        "missing, a NaN logprob, another model's reply) on an engine certified for training: "
+        "error (default) answers the agent 502 in its API's error shape and records no turn; "
+        "mask passes the reply on and records the turn masked, never trained on",
+    )
 
 
 def token_in_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The proxy settings the token-in flags give (see _endpoint_args)."""
+    """The proxy settings the endpoint flags give (see _endpoint_args): token-in continuation
+    and what a reply with bad capture data gets (--on-bad-data)."""
     return {
         "token_in": args.token_in,
         "token_in_path": args.token_in_path,
         "tool_parser": args.tool_parser,
         "reasoning_parser": args.reasoning_parser,
+        "on_bad_data": args.on_bad_data,
     }
 
 

@@ -363,8 +363,13 @@ def _tool(tool: Any, where: str) -> dict[str, Any]:
             "tool input examples have no chat-completions equivalent; put them in the description",
         )
     callers = tool.get("allowed_callers")
-    if callers and any(c != "direct" for c in callers):
-        raise _fail(f"{where}.allowed_callers", "only 'direct' callers exist outside Anthropic")
+    if callers is not None and (
+        not isinstance(callers, list) or any(c != "direct" for c in callers)
+    ):
+        raise _fail(
+            f"{where}.allowed_callers",
+            f"must be a list of 'direct' (the only caller outside Anthropic), got {callers!r}",
+        )
     return {"type": "function", "function": function}
 
 
@@ -426,10 +431,11 @@ def translate(body: dict[str, Any], stream_hint: bool | None = None) -> Translat
     """An Anthropic Messages request as a chat-completions request (see the module table)."""
     unknown = sorted(set(body) - _TRANSLATED_FIELDS - _ACCEPTED_FIELDS - set(_EMPTY_ONLY_FIELDS))
     if unknown:
-        raise _fail(
-            unknown[0],
-            "this field is not supported by the capture proxy's Anthropic dialect (neither "
-            "translated nor known to be safe to ignore)",
+        # The name quoted: an unknown field's name can be anything (empty, spaces, unicode).
+        raise DialectError(
+            f"field {unknown[0]!r} is not supported by the capture proxy's Anthropic dialect "
+            "(neither translated nor known to be safe to ignore)",
+            param=unknown[0],
         )
     for key, reason in _EMPTY_ONLY_FIELDS.items():
         if body.get(key):

@@ -499,6 +499,8 @@ def json_schema(schema: Any) -> Any:
         return schema
     out: dict[str, Any] = {}
     order = _get(schema, "propertyOrdering")
+    if isinstance(order, list):  # only names can order properties (a dict is not even hashable)
+        order = [k for k in order if isinstance(k, str)]
     nullable = bool(_get(schema, "nullable"))
     for key, value in schema.items():
         name = _camel(key) if not key.startswith("$") else key
@@ -684,6 +686,8 @@ def _generation(config: Any, chat: dict[str, Any], context: dict[str, Any]) -> N
             param=where + "responseLogprobs",
         )
     modalities = _get(config, "responseModalities")
+    if modalities is not None:
+        modalities = _list(modalities, where + "responseModalities")
     if modalities is not None and {str(m).upper() for m in modalities} - {"TEXT"}:
         raise DialectError(
             f"responseModalities {modalities}: the engine answers text only",

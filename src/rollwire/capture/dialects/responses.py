@@ -400,7 +400,7 @@ def _chat_tools(
     chat_tools, echo = [], []
     for i, tool in enumerate(_flatten(tools)):
         kind = tool.get("type") if isinstance(tool, Mapping) else None
-        if kind in _DROPPED_HOSTED_TOOLS:
+        if isinstance(kind, str) and kind in _DROPPED_HOSTED_TOOLS:  # a dict is unhashable
             if notes is not None:
                 notes.append(f"hosted tool {kind!r} dropped: the engine cannot run it")
             continue
