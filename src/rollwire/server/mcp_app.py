@@ -190,6 +190,20 @@ class InfoReport(BaseModel):
     env_families: dict[str, dict[str, Any]]
 
 
+def harbor_datasets(refs: list[str] | tuple[str, ...]) -> list[str]:
+    """The distinct Harbor datasets named by ``refs`` (env refs and malformed ones name none:
+    the rollout's own checks name a malformed reference)."""
+    found: dict[str, None] = {}
+    for ref in refs:
+        try:
+            parsed = parse_task_ref(ref)
+        except TaskRefError:
+            continue
+        if isinstance(parsed, HarborRef):
+            found[parsed.dataset] = None
+    return list(found)
+
+
 def build_server(state: ServerState | None = None) -> MCPServer:
     """The MCP server over ``state`` (a fresh one by default)."""
     state = state or ServerState()
@@ -461,8 +475,8 @@ def build_server(state: ServerState | None = None) -> MCPServer:
             )
             if dataset is not None:
                 await state.confine_dataset("dataset", dataset)
-            for ref in dict.fromkeys(tasks or ()):
-                await state.confine_task("tasks", ref)
+            for source in harbor_datasets(tasks or ()):  # each dataset once, not per ref
+                await state.confine_dataset("tasks", source)
             task_refs = await anyio.to_thread.run_sync(
                 lambda: resolve_tasks(tasks, dataset=dataset, task_glob=task_glob)
             )
