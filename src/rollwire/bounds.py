@@ -24,6 +24,7 @@ MAX_GROUP_SIZE = 1024
 MAX_CONCURRENCY = 256
 #: distinct task references of one collection (each is checked before anything runs)
 MAX_TASKS = 1000
+MAX_ENGINES = 64  # engine URLs behind one collection
 #: agent turns of one rollout
 MAX_TURNS = 256
 #: model calls one rollout's capture session allows
@@ -63,6 +64,7 @@ TABLE: tuple[tuple[str, str], ...] = (
     ("group_size", f"1 .. {MAX_GROUP_SIZE:,}"),
     ("concurrency", f"1 .. {MAX_CONCURRENCY}"),
     ("tasks (one collection)", f"1 .. {MAX_TASKS:,}"),
+    ("engines (one collection)", f"1 .. {MAX_ENGINES}"),
     ("limits.max_turns", f"1 .. {MAX_TURNS}"),
     ("limits.max_model_calls", f"1 .. {MAX_MODEL_CALLS:,}"),
     ("limits.timeout_s", f"> 0 .. {MAX_TIMEOUT_S:,.0f}"),

@@ -4,11 +4,8 @@ after SIGKILL; bad output directories refused before any rollout runs."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -21,6 +18,7 @@ from rollwire.sessions.collect import CollectConfig, CollectInputError, collect,
 from rollwire.tools.endpoint import EndpointPool
 from rollwire.tools.rollouts import Limits, LLMSpec
 from tests.fakes.serve import serve_in_thread
+from tests.fakes.spawn import sigkill_once_written
 from tests.fakes.vllm import FakeVLLM
 
 pytestmark = pytest.mark.anyio
@@ -206,17 +204,8 @@ def test_a_collection_killed_with_sigkill_resumes_with_every_episode_exactly_onc
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
-        try:
-            deadline = time.monotonic() + 120
-            episodes = out / "episodes.jsonl"
-            while time.monotonic() < deadline:
-                if episodes.exists() and episodes.read_bytes().count(b"\n") >= 10:
-                    break
-                assert proc.poll() is None, proc.communicate()
-                time.sleep(0.05)
-            os.kill(proc.pid, signal.SIGKILL)
-        finally:
-            proc.wait(timeout=30)
+        episodes = out / "episodes.jsonl"
+        sigkill_once_written(proc, episodes, 10, timeout_s=120)
         killed_at = episodes.read_bytes().count(b"\n")
         assert 10 <= killed_at < n, killed_at
         done = subprocess.run(

@@ -69,6 +69,10 @@ class Upstream:
         self.base_url = normalise_base_url(llm_url)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.timeout_s = timeout_s
+        # Load and health, read by rollwire.tools.engines to place and drain rollouts.
+        self.in_flight = 0  # exchanges under way
+        self.transport_failures_in_a_row = 0  # connect/timeout/disconnected, reset by any reply
+        self.last_transport_error: str | None = None
         self._client = httpx.AsyncClient(
             base_url=self.base_url,
             headers=headers,
@@ -91,12 +95,25 @@ class Upstream:
         headers = {"Content-Type": "application/json"} if content is not None else None
         request = self._client.build_request(method, path, content=content, headers=headers)
         started: list[httpx.Response] = []  # the response, once its status line is in
+        self.in_flight += 1
         try:
             with anyio.fail_after(self.timeout_s):
                 resp, raw = await self._exchange(request, started)
         except TimeoutError:
-            raise self._timed_out(started[0] if started else None, "total deadline") from None
+            error = self._timed_out(started[0] if started else None, "total deadline")
+            self._note_transport_failure(error)
+            raise error from None
+        except UpstreamError as exc:
+            self._note_transport_failure(exc)
+            raise
+        finally:
+            self.in_flight -= 1
+        self.transport_failures_in_a_row = 0  # the engine answered (even with an error status)
         return self._parse(resp, raw)
+
+    def _note_transport_failure(self, error: UpstreamError) -> None:
+        self.transport_failures_in_a_row += 1
+        self.last_transport_error = error.message
 
     def _timed_out(self, resp: httpx.Response | None, why: str) -> UpstreamError:
         """``why``: httpx's timeout (no byte for ``timeout_s``), or the total deadline."""

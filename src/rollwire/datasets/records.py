@@ -135,6 +135,8 @@ class EpisodeRecord(BaseModel):
     rollout_type: RolloutType
     capture_level: CaptureLevel
     model: str
+    engine: str | None = Field(default=None, description="the engine URL that served it")
+    node: str | None = Field(default=None, description="the Ray node that ran it")
     harness: str
     sandbox: str | None = None
     findings: list[Finding] = Field(default_factory=list)
@@ -162,6 +164,8 @@ class EpisodeRecord(BaseModel):
         model: str,
         messages: list[dict[str, Any]] | None = None,
         tools: list[dict[str, Any]] | None = None,
+        engine: str | None = None,
+        node: str | None = None,
     ) -> EpisodeRecord:
         """The record of a rollout's result. The id is derived from ``(task, sample_index, seed)``.
 
@@ -186,6 +190,8 @@ class EpisodeRecord(BaseModel):
             rollout_type=result.rollout_type,
             capture_level=result.capture_level,
             model=model,
+            engine=engine,
+            node=node,
             harness=result.harness,
             sandbox=result.sandbox,
             findings=list(result.findings),
@@ -220,11 +226,20 @@ class FailureRecord(BaseModel):
     error: str
     exception_type: str | None = None
     findings: list[Finding] = Field(default_factory=list)
+    engine: str | None = Field(default=None, description="the engine URL it was pinned to")
+    node: str | None = Field(default=None, description="the Ray node that ran it")
     created_at: str = Field(default_factory=utc_now)
 
     @classmethod
     def from_result(
-        cls, result: RolloutResult, *, task: str, sample_index: int, seed: int | None
+        cls,
+        result: RolloutResult,
+        *,
+        task: str,
+        sample_index: int,
+        seed: int | None,
+        engine: str | None = None,
+        node: str | None = None,
     ) -> FailureRecord:
         """The failure of a rollout that came back not ok."""
         return cls(
@@ -235,6 +250,8 @@ class FailureRecord(BaseModel):
             error=result.error or "the rollout is not usable (see findings)",
             exception_type=result.exception_type,
             findings=list(result.findings),
+            engine=engine,
+            node=node,
         )
 
     @classmethod

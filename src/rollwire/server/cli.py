@@ -235,13 +235,23 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         return 2
 
 
-def _endpoint_args(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
-    """--llm-url (no default, no environment fallback), --model, --api-key."""
+def _endpoint_args(
+    parser: argparse.ArgumentParser, *, required: bool = True, many: bool = False
+) -> None:
+    """--llm-url (no default, no environment fallback; repeatable with ``many``), --model,
+    --api-key."""
     parser.add_argument(
         "--llm-url",
         required=required,
+        action="append" if many else "store",
         help="the engine's OpenAI base URL, e.g. http://127.0.0.1:8000/v1"
-        + ("" if required else " (not needed for the oracle and nop harnesses)"),
+        + ("" if required else " (not needed for the oracle and nop harnesses)")
+        + (
+            "; repeat it for several engines serving one model (certified together; each "
+            "rollout pinned to the least-loaded one)"
+            if many
+            else ""
+        ),
     )
     parser.add_argument("--model", help="served model to use (required when several are served)")
     parser.add_argument("--api-key", help="API key for the endpoint, if it needs one")
@@ -549,6 +559,7 @@ def _server_state(args: argparse.Namespace, admin_key: str | None = None) -> Any
         default_llm=llm,
         data_dir=Path(args.data_dir),
         dataset_roots=tuple(Path(p) for p in args.dataset_root or ()),
+        ray_address=args.ray,
     )
 
 
@@ -908,6 +919,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="a directory whose Harbor datasets clients may name (list_tasks source, "
         "'harbor:' task references, collect_episodes dataset); repeatable. Always allowed: "
         "--data-dir and the bundled example tasks. Anything else is refused",
+    )
+    m.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="collect_episodes runs its episodes on this Ray cluster's nodes (the head's "
+        "HOST:PORT); this server writes the collections. Needs the ray extra",
     )
     m.set_defaults(func=_cmd_serve)
 

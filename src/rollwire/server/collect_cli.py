@@ -24,7 +24,7 @@ def _say(message: str) -> None:
 
 def _config(args: argparse.Namespace) -> Any:
     from rollwire.sessions.collect import CollectConfig, resolve_tasks
-    from rollwire.tools.rollouts import Limits, LLMSpec, Sampling
+    from rollwire.tools.rollouts import Limits, Sampling
 
     tasks = resolve_tasks(args.task, dataset=args.dataset, task_glob=args.tasks)
     task_config = None
@@ -43,9 +43,7 @@ def _config(args: argparse.Namespace) -> Any:
         group_size=args.group_size,
         harness=args.harness,
         sandbox=args.sandbox,
-        llm=LLMSpec(url=args.llm_url, model=args.model, api_key=args.api_key)
-        if args.llm_url
-        else None,
+        llm=_llm(args),
         sampling=Sampling(temperature=args.temperature, max_tokens=args.max_tokens),
         limits=Limits(max_turns=args.max_turns, timeout_s=args.timeout_s),
         reward_key=args.reward_key,
@@ -58,6 +56,16 @@ def _config(args: argparse.Namespace) -> Any:
         keep_failures=not args.drop_failures,
         resume=not args.no_resume,
     )
+
+
+def _llm(args: argparse.Namespace) -> Any:
+    """One engine, several (``--llm-url`` repeated), or none."""
+    from rollwire.tools.rollouts import LLMSpec
+
+    specs = [LLMSpec(url=u, model=args.model, api_key=args.api_key) for u in args.llm_url or ()]
+    if len(specs) > 1:
+        return specs
+    return specs[0] if specs else None
 
 
 async def _collect(args: argparse.Namespace, config: Any) -> Any:
@@ -93,6 +101,7 @@ async def _collect(args: argparse.Namespace, config: Any) -> Any:
             stats = (
                 f"kept {p.collected} filtered {p.filtered} failed {p.failed} "
                 f"skipped {p.skipped_done} reward {mean} {p.episodes_per_s:.2f} ep/s"
+                + (f" retried {p.retried}" if p.retried else "")
             )
             bar.update(task_id, completed=p.done, stats=stats)
 
@@ -101,7 +110,9 @@ async def _collect(args: argparse.Namespace, config: Any) -> Any:
 
         pool = EndpointPool(**token_in_settings(args))
         try:
-            return await collect(config, args.out, pool=pool, on_progress=on_progress)
+            return await collect(
+                config, args.out, pool=pool, on_progress=on_progress, ray_address=args.ray
+            )
         finally:
             await pool.aclose()
 
@@ -124,6 +135,14 @@ def _cmd_collect(args: argparse.Namespace) -> int:
         return 130
     for line in result.recovery:
         _say(f"rollwire collect: resumed: {line}")
+    for use in result.engines:
+        if use.drained:
+            _say(f"rollwire collect: engine {use.url} drained: {use.drained}")
+    for node in result.nodes:
+        if node.lost:
+            _say(f"rollwire collect: Ray node {node.node_id} ({node.address}) lost: {node.lost}")
+    if result.retried:
+        _say(f"rollwire collect: {result.retried} episodes ran again after their node was lost")
     if args.json:
         print(result.model_dump_json(indent=2))
     else:
@@ -133,6 +152,12 @@ def _cmd_collect(args: argparse.Namespace) -> int:
             f"skipped (already done) {result.skipped_done}; mean reward {mean}; "
             f"{result.trainable_tokens} trainable tokens; {result.wall_s:.1f} s -> {result.out_dir}"
         )
+    if result.halted:
+        _say(
+            f"rollwire collect: halted: {result.halted}; every written episode is kept "
+            "(run the same command again to resume)"
+        )
+        return 1
     return 0
 
 
@@ -216,7 +241,13 @@ def add_commands(sub: Any, endpoint_args: Any) -> None:
             "skipped); -n may grow to extend a collection."
         ),
     )
-    endpoint_args(c, required=False)
+    endpoint_args(c, required=False, many=True)
+    c.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="run the episodes on this Ray cluster's nodes (the head's HOST:PORT); this "
+        "process writes the store. Needs the ray extra",
+    )
     src = c.add_mutually_exclusive_group(required=True)
     src.add_argument("--task", action="append", help="a task reference (repeatable)")
     src.add_argument("--dataset", help="a Harbor dataset (directory or registry .json)")

@@ -74,6 +74,9 @@ from rollwire.tools.tasks import (
 
 log = logging.getLogger("rollwire.mcp")
 
+#: several engines serving one model (specs or bare URLs)
+EngineList = Annotated[list[LLMSpec | Text], Field(min_length=1, max_length=bounds.MAX_ENGINES)]
+
 INSTRUCTIONS = """\
 rollwire runs LLM-agent rollouts and captures trainable data (engine token ids, logprobs,
 reward). Typical flow: list_tasks -> validate_llm(llm_url) -> run_rollout(task, llm_url) ->
@@ -98,6 +101,7 @@ class ServerState:
     default_llm: LLMSpec | None = None
     data_dir: Path = field(default_factory=lambda: Path("collections"))
     dataset_roots: tuple[Path, ...] = ()
+    ray_address: str | None = None  # collect_episodes runs on this Ray cluster's nodes
     _stack: contextlib.AsyncExitStack | None = None
 
     @property
@@ -445,7 +449,7 @@ def build_server(state: ServerState | None = None) -> MCPServer:
         group_size: bounds.GroupSize = 1,
         harness: Text | None = None,
         sandbox: Text | None = None,
-        llm: LLMSpec | Text | None = None,
+        llm: LLMSpec | Text | EngineList | None = None,
         sampling: Sampling | None = None,
         limits: Limits | None = None,
         reward_key: Text | None = None,
@@ -466,13 +470,23 @@ def build_server(state: ServerState | None = None) -> MCPServer:
         for a Harbor dataset. episodes in all; group_size samples share one task instance (a
         GRPO group). The same call again resumes (nothing twice; a larger `episodes`
         extends). min_reward and trainable_only filter what is kept; other arguments as
-        run_rollout. Reports progress per episode; cancelling keeps what is written. Then
+        run_rollout; llm may be a list of engines serving one model (each rollout pinned to the
+        least-loaded). Reports progress per episode; cancelling keeps what is written. Then
         push_dataset.
         """
         try:
-            spec = resolve_llm(
-                llm, llm_url=llm_url, model=model, api_key=api_key, default=state.default_llm
-            )
+            spec: LLMSpec | list[LLMSpec] | None
+            if isinstance(llm, list):
+                if llm_url:
+                    raise RolloutArgumentError("llm: give a list in `llm` or `llm_url`, not both")
+                spec = [
+                    LLMSpec(url=e, model=model, api_key=api_key) if isinstance(e, str) else e
+                    for e in llm
+                ]
+            else:
+                spec = resolve_llm(
+                    llm, llm_url=llm_url, model=model, api_key=api_key, default=state.default_llm
+                )
             if dataset is not None:
                 await state.confine_dataset("dataset", dataset)
             for source in harbor_datasets(tasks or ()):  # each dataset once, not per ref
@@ -513,7 +527,11 @@ def build_server(state: ServerState | None = None) -> MCPServer:
 
         try:
             return await collect(
-                config, state.data_path(out_dir), pool=state.pool, on_progress=progress
+                config,
+                state.data_path(out_dir),
+                pool=state.pool,
+                on_progress=progress,
+                ray_address=state.ray_address,
             )
         except (CollectInputError, CollectionError, OSError) as exc:
             raise ToolError(f"{type(exc).__name__}: {exc}") from None

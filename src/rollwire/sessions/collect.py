@@ -23,7 +23,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Protocol
 
 import anyio
 from pydantic import BaseModel, Field
@@ -41,7 +41,8 @@ from rollwire.datasets.stats import RunningStats
 from rollwire.datasets.store import CollectionError, EpisodeStore
 from rollwire.sessions.base import AnswerMode
 from rollwire.sessions.result import RolloutResult
-from rollwire.tools.endpoint import EndpointNotUsable, EndpointPool
+from rollwire.tools.endpoint import EndpointPool
+from rollwire.tools.engines import EnginesDiffer, EngineSet, EngineUse, NoEngineLeft
 from rollwire.tools.rollouts import (
     Limits,
     LLMSpec,
@@ -74,7 +75,14 @@ class CollectConfig(BaseModel):
     group_size: bounds.GroupSize = Field(default=1, description="samples per task instance (GRPO)")
     harness: str | None = None
     sandbox: str | None = None
-    llm: LLMSpec | None = None
+    llm: (
+        LLMSpec
+        | Annotated[list[LLMSpec], Field(min_length=1, max_length=bounds.MAX_ENGINES)]
+        | None
+    ) = Field(
+        default=None,
+        description="the engine, or several serving one model (each rollout pinned to one)",
+    )
     sampling: Sampling = Field(default_factory=Sampling)
     limits: Limits = Field(default_factory=Limits)
     reward_key: str | None = None
@@ -98,9 +106,19 @@ class CollectConfig(BaseModel):
         )
         if data.get("answer_mode") is None:
             del data["answer_mode"]  # collections made before answer modes keep their identity
-        if data.get("llm"):
-            data["llm"] = {"url": data["llm"]["url"], "model": data["llm"]["model"]}
+        llm = data.get("llm")
+        if isinstance(llm, list):
+            urls = sorted(e["url"] for e in llm)
+            data["llm"] = {"url": urls, "model": llm[0]["model"]}
+        elif llm:
+            data["llm"] = {"url": llm["url"], "model": llm["model"]}
         return data
+
+    def llms(self) -> list[LLMSpec]:
+        """The engines, as a list (empty when none is given)."""
+        if self.llm is None:
+            return []
+        return list(self.llm) if isinstance(self.llm, list) else [self.llm]
 
 
 @dataclass(frozen=True)
@@ -154,6 +172,7 @@ class CollectProgress(BaseModel):
     filtered: int = 0
     failed: int = 0
     skipped_done: int = 0
+    retried: int = 0
     reward_mean: float | None = None
     episodes_per_s: float = 0.0
     eta_s: float | None = None
@@ -183,12 +202,104 @@ class CollectResult(BaseModel):
     totals: dict[str, int] = Field(
         default_factory=dict, description="the whole collection's counts (manifest)"
     )
+    retried: int = Field(
+        default=0, description="episodes run again on another Ray node after theirs was lost"
+    )
+    engines: list[EngineUse] = Field(
+        default_factory=list, description="per engine: rollouts started, failed, drained"
+    )
+    nodes: list[NodeUse] = Field(
+        default_factory=list, description="per Ray node: episodes run, lost (empty in-process)"
+    )
+    halted: str | None = Field(
+        default=None,
+        description="why the run stopped before the plan's end (e.g. every engine drained); "
+        "the rest is not run: resume later",
+    )
     recovery: list[str] = Field(
         default_factory=list, description="what resuming found (e.g. a torn last line)"
     )
 
 
 OnProgress = Callable[[CollectProgress], Awaitable[None] | None]
+
+
+class NodeUse(BaseModel):
+    """What one Ray node did in a run."""
+
+    node_id: str
+    address: str | None = None
+    episodes: int = Field(default=0, description="episodes it returned")
+    lost: str | None = Field(default=None, description="why it was given up on, if it was")
+
+
+@dataclass
+class Ran:
+    """One episode's result and where it ran."""
+
+    result: RolloutResult
+    engine: str | None = None
+    node: str | None = None
+
+
+class EpisodeRunner(Protocol):
+    """Runs one checked episode somewhere: in this process, or on a Ray node. Raises
+    :class:`~rollwire.tools.engines.NoEngineLeft` when no engine can take it, or
+    :class:`HaltCollection` when nothing can run it any more; every other failure is a
+    result."""
+
+    async def run(self, request: RolloutRequest, plan: Plan, episode_id: str) -> Ran: ...
+
+    def engines_use(self) -> list[EngineUse]: ...
+
+    def nodes_use(self) -> list[NodeUse]: ...
+
+    @property
+    def retried(self) -> int: ...
+
+
+class HaltCollection(RuntimeError):
+    """Nothing can run the collection's episodes any more (every engine or node lost)."""
+
+
+class LocalRunner:
+    """Episodes in this process, each pinned to one engine of the set."""
+
+    retried = 0
+
+    def __init__(self, pool: EndpointPool, engines: EngineSet | None) -> None:
+        self.pool = pool
+        self.engines = engines
+
+    async def run(self, request: RolloutRequest, plan: Plan, episode_id: str) -> Ran:
+        return await run_pinned(self.pool, self.engines, request, plan, episode_id)
+
+    def engines_use(self) -> list[EngineUse]:
+        return self.engines.use() if self.engines is not None else []
+
+    def nodes_use(self) -> list[NodeUse]:
+        return []
+
+
+async def run_pinned(
+    pool: EndpointPool,
+    engines: EngineSet | None,
+    request: RolloutRequest,
+    plan: Plan,
+    episode_id: str,
+) -> Ran:
+    """One episode on the least-loaded live engine of ``engines`` (the whole rollout on it)."""
+    if engines is None or not plan.needs_llm:
+        result, _ = await attempt(request, plan, episode_id, pool)
+        return Ran(result)
+    with engines.lease() as engine:
+        pinned = request.model_copy(
+            update={"llm": LLMSpec(url=engine.url, model=engine.model, api_key=engine.api_key)}
+        )
+        result, _ = await attempt(pinned, plan, episode_id, pool)
+        if not result.ok:
+            engine.failed += 1
+        return Ran(result, engine=engine.url)
 
 
 def _keep(config: CollectConfig, result: RolloutResult) -> str | None:
@@ -212,7 +323,7 @@ def _plans(config: CollectConfig) -> dict[str, Plan]:
             task=task,
             harness=config.harness,
             sandbox=config.sandbox,
-            llm=config.llm,
+            llm=config.llms()[0] if config.llms() else None,
             sampling=config.sampling,
             limits=config.limits,
             seed=None if task.startswith(HARBOR_PREFIX) else config.seed,
@@ -233,13 +344,18 @@ async def collect(
     *,
     pool: EndpointPool | None = None,
     on_progress: OnProgress | None = None,
+    ray_address: str | None = None,
 ) -> CollectResult:
     """Run (or resume) a collection into ``out_dir``.
 
+    ``ray_address``: run the episodes on that Ray cluster's nodes (rollwire.sessions.cluster);
+    this process stays the only writer of the store.
+
     Raises :class:`CollectInputError` or :class:`CollectionError` before any rollout runs
-    (bad arguments, an endpoint that is not usable, an ``out_dir`` holding another collection
-    or not writable); afterwards every failure is a counted result. Cancellation propagates,
-    with the store closed and every written episode intact.
+    (bad arguments, an endpoint that is not usable, engines that are not one model, an
+    ``out_dir`` holding another collection or not writable); afterwards every failure is a
+    counted result. Cancellation propagates, with the store closed and every written episode
+    intact.
     """
     start = time.perf_counter()
     plans = await anyio.to_thread.run_sync(_plans, config)
@@ -247,16 +363,19 @@ async def collect(
     pool = pool or EndpointPool()
     try:
         model = tier = None
+        engines = None
         if any(p.needs_llm for p in plans.values()):
-            assert config.llm is not None
+            specs = [(s.url, s.model, s.api_key) for s in config.llms()]
             try:
-                endpoint = await pool.endpoint(
-                    config.llm.url, model=config.llm.model, api_key=config.llm.api_key
-                )
-            except EndpointNotUsable as exc:
-                raise CollectInputError(f"llm: {exc}") from None
-            model = endpoint.certification.model
-            tier = endpoint.certification.capture_level.value
+                engines = await EngineSet.certify(pool, specs)
+            except EnginesDiffer as exc:
+                raise CollectInputError(str(exc)) from None
+            model = engines.first.endpoint.certification.model
+            tier = engines.first.endpoint.certification.capture_level.value
+        if ray_address is not None:  # before anything is written: a bad address writes nothing
+            from rollwire.sessions.cluster import connect
+
+            await anyio.to_thread.run_sync(connect, ray_address)
         out = Path(out_dir)
         if not config.resume and (out / "manifest.json").exists():
             raise CollectInputError(
@@ -267,7 +386,13 @@ async def collect(
             out, config=config.identity(), model=model, engine_tier=tier
         )
         async with store:
-            return await _run(config, plans, store, pool, start, on_progress, model, tier)
+            if ray_address is None:
+                runner = LocalRunner(pool, engines)
+                return await _run(config, plans, store, runner, start, on_progress, model, tier)
+            from rollwire.sessions.cluster import RayRunner
+
+            async with RayRunner(ray_address, config, pool, concurrency=config.concurrency) as ray:
+                return await _run(config, plans, store, ray, start, on_progress, model, tier)
     finally:
         if own_pool:
             await pool.aclose()
@@ -277,13 +402,14 @@ async def _run(
     config: CollectConfig,
     plans: dict[str, Plan],
     store: EpisodeStore,
-    pool: EndpointPool,
+    runner: EpisodeRunner,
     start: float,
     on_progress: OnProgress | None,
     model: str | None,
     tier: str | None,
 ) -> CollectResult:
     harbor = {t for t, p in plans.items() if isinstance(p.ref, HarborRef)}
+    llm = config.llms()[0] if config.llms() else None  # replaced by the engine each is pinned to
     # Made lazily and shared by `concurrency` workers: memory does not grow with the plan, and
     # nothing runs over the whole plan before the first episode. Episodes already in the
     # collection are skipped as the workers reach them; skipping yields to the event loop
@@ -295,11 +421,13 @@ async def _run(
     rewards = RunningStats()
     tokens = 0
     ran = 0
+    halted: list[str] = []
 
     async def report() -> None:
         elapsed = time.perf_counter() - start
         progress.reward_mean = rewards.summary().mean if rewards.count else None
         progress.episodes_per_s = ran / elapsed if elapsed > 0 else 0.0
+        progress.retried = runner.retried
         left = progress.total - progress.done
         progress.eta_s = left / progress.episodes_per_s if progress.episodes_per_s else None
         if on_progress is not None:
@@ -307,7 +435,7 @@ async def _run(
             if maybe is not None:
                 await maybe
 
-    async def worker() -> None:
+    async def worker(scope: anyio.CancelScope) -> None:
         nonlocal skipped
         in_a_row = 0
         # next() never awaits, so the workers share the generator safely
@@ -322,7 +450,14 @@ async def _run(
                     await report()  # also a checkpoint: cancellable, other clients served
                 continue
             in_a_row = 0
-            await one(work)
+            try:
+                await one(work)
+            except (NoEngineLeft, HaltCollection) as exc:
+                if not halted:
+                    halted.append(str(exc))
+                    log.error("collection halted: %s", exc)
+                scope.cancel()
+                return
 
     async def one(work: Work) -> None:
         nonlocal ran, tokens
@@ -331,7 +466,7 @@ async def _run(
             task=work.task,
             harness=config.harness,
             sandbox=config.sandbox,
-            llm=config.llm,
+            llm=llm,
             sampling=config.sampling.model_copy(update={"seed": work.sampling_seed})
             if p.needs_llm
             else config.sampling,
@@ -348,14 +483,20 @@ async def _run(
             seed=sampling_seed if work.task in harbor else work.seed,
             sampling_seed=sampling_seed,
         )
-        result, _ = await attempt(request, episode_plan, work.episode_id, pool)
+        out = await runner.run(request, episode_plan, work.episode_id)
+        result = out.result
         ran += 1
         if not result.ok:
             progress.failed += 1
             if config.keep_failures:
                 await store.append_failure(
                     FailureRecord.from_result(
-                        result, task=work.task, sample_index=work.sample_index, seed=work.seed
+                        result,
+                        task=work.task,
+                        sample_index=work.sample_index,
+                        seed=work.seed,
+                        engine=out.engine,
+                        node=out.node,
                     )
                 )
         else:
@@ -368,6 +509,8 @@ async def _run(
                 model=model or "",
                 messages=result.messages,
                 tools=result.tools,
+                engine=out.engine,
+                node=out.node,
             )
             why_not = _keep(config, result)
             if why_not is None:
@@ -388,7 +531,7 @@ async def _run(
         await report()
         async with anyio.create_task_group() as tg:
             for _ in range(config.concurrency):
-                tg.start_soon(worker)
+                tg.start_soon(worker, tg.cancel_scope)
     except anyio.get_cancelled_exc_class():
         cancelled = True
         raise
@@ -416,6 +559,10 @@ async def _run(
         model=model,
         engine_tier=tier,
         totals=counts.model_dump(),
+        retried=runner.retried,
+        engines=runner.engines_use(),
+        nodes=runner.nodes_use(),
+        halted=halted[0] if halted else None,
         recovery=[f.message for f in store.recovery],
     )
 
@@ -454,6 +601,11 @@ __all__ = [
     "CollectProgress",
     "CollectResult",
     "CollectionError",
+    "EpisodeRunner",
+    "HaltCollection",
+    "LocalRunner",
+    "NodeUse",
+    "Ran",
     "Work",
     "collect",
     "resolve_tasks",
