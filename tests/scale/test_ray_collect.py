@@ -117,6 +117,17 @@ async def test_mcp_collect_episodes_runs_on_the_cluster_with_a_list_of_engines(
     exactly_once(tmp_path / "data" / "ray", 24)
 
 
+async def test_harbor_trials_run_in_each_nodes_own_sandbox(ray_cluster, tmp_path):
+    """The oracle harness in the local sandbox (bubblewrap): a Harbor trial on each node."""
+    task = f"harbor:{ROOT / 'examples' / 'tasks'}#count-errors"
+    cfg = CollectConfig(tasks=[task], episodes=6, harness="oracle", concurrency=4)
+    result = await run(cfg, tmp_path / "c", ray_cluster.address)
+    assert result.collected == 6 and result.failed == 0, result
+    episodes = exactly_once(tmp_path / "c", 6)
+    assert all(e["reward"] == 1.0 and e["sandbox"] == "local" for e in episodes)
+    assert len({e["node"] for e in episodes}) == 2  # both nodes ran trials
+
+
 def _driver(address: str, url: str, out: Path, n: int) -> list[str]:
     return [
         sys.executable, "-m", "rollwire", "collect", "--ray", address, "--llm-url", url,

@@ -22,6 +22,7 @@ resumes from the store like any other.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -266,7 +267,9 @@ class RayRunner:
             except RayTaskError as exc:  # a bug in the worker: a result, not a retry
                 out = ("ran", _failed(request, plan, episode_id, f"on Ray node: {exc}"), None)
             except BaseException:
-                ray.cancel(ref)  # cancelled: the node stops this episode (its cleanup runs)
+                # cancelled: the node stops this episode (its cleanup runs)
+                with contextlib.suppress(Exception):
+                    ray.cancel(ref)
                 raise
             finally:
                 node.in_flight -= 1

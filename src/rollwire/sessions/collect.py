@@ -12,6 +12,12 @@ instance, as GRPO needs) and gets its own sampling seed. Episode ids come from
 Nothing accumulates per episode in memory except the ids written (the result names them);
 statistics are running (O(1) per episode). Cancellation stops the run with every written
 episode intact; the store is closed (manifest written) on the way out.
+
+Where an episode runs is an :class:`EpisodeRunner`: :class:`LocalRunner` in this process, or
+``rollwire.sessions.cluster.RayRunner`` on a Ray cluster's nodes. Either way the result comes
+back here and this process alone writes the store. Several engines (``llm`` as a list) are an
+:class:`~rollwire.tools.engines.EngineSet`: each rollout is pinned to one, and a run with no
+engine (or no node) left halts (``CollectResult.halted``) rather than failing every episode.
 """
 
 from __future__ import annotations
