@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -84,9 +86,6 @@ def two_engines(delay_s: float = 0.05) -> Iterator[tuple[FakeEngineProcess, Fake
 
 def sigkill_once_written(proc: subprocess.Popen, path: Path, lines: int, timeout_s: float) -> int:
     """SIGKILL ``proc`` once ``path`` holds ``lines`` lines; the lines it held then."""
-    import os
-    import signal
-
     try:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

@@ -26,12 +26,12 @@ import contextlib
 import logging
 import os
 import socket
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
 
-from rollwire.capture.findings import fatal
 from rollwire.sessions.collect import (
     CollectConfig,
     CollectInputError,
@@ -40,10 +40,9 @@ from rollwire.sessions.collect import (
     Ran,
     run_pinned,
 )
-from rollwire.sessions.result import RolloutResult
 from rollwire.tools.endpoint import EndpointPool
 from rollwire.tools.engines import EnginesDiffer, EngineSet, EngineUse, NoEngineLeft
-from rollwire.tools.rollouts import Plan, RolloutRequest
+from rollwire.tools.rollouts import Plan, RolloutRequest, failed_result
 
 log = logging.getLogger("rollwire.ray")
 
@@ -256,6 +255,7 @@ class RayRunner:
                 raise HaltCollection(f"every Ray node is lost ({lost})")
             node = min(live, key=lambda n: (n.in_flight, n.index))
             node.in_flight += 1
+            started = time.perf_counter()
             ref = node.handle.run.remote(request, plan, episode_id)
             try:
                 out = await ref
@@ -265,7 +265,8 @@ class RayRunner:
                 log.warning("episode %s runs again: node %s lost", episode_id, node.node_id)
                 continue
             except RayTaskError as exc:  # a bug in the worker: a result, not a retry
-                out = ("ran", _failed(request, plan, episode_id, f"on Ray node: {exc}"), None)
+                error = f"on Ray node: {exc}"
+                out = ("ran", failed_result(request, plan, episode_id, error, started), None)
             except BaseException:
                 # cancelled: the node stops this episode (its cleanup runs)
                 with contextlib.suppress(Exception):
@@ -321,19 +322,6 @@ class RayRunner:
         async with anyio.create_task_group() as tg:
             for node in self.nodes:
                 tg.start_soon(stop, node)
-
-
-def _failed(req: RolloutRequest, plan: Plan, rollout_id: str, error: str) -> RolloutResult:
-    return RolloutResult(
-        ok=False,
-        error=error,
-        rollout_id=rollout_id,
-        task=req.task,
-        harness=plan.harness,
-        sandbox=plan.sandbox,
-        seed=plan.seed,
-        findings=[fatal("rollout_failed", error)],
-    )
 
 
 __all__ = ["NodeWorker", "RayRunner", "RayUnavailable", "connect"]

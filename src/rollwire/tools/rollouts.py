@@ -425,9 +425,10 @@ def _harbor_agent_kwargs(req: RolloutRequest, seed: int | None) -> dict[str, Any
     return kwargs
 
 
-def _failed(
+def failed_result(
     req: RolloutRequest, p: Plan | None, rollout_id: str, error: str, start: float
 ) -> RolloutResult:
+    """A rollout that produced nothing usable: ``error`` as its result and a FATAL finding."""
     return RolloutResult(
         ok=False,
         error=error,
@@ -487,12 +488,12 @@ async def attempt(
             result, document = await execute(req, p, rollout_id, pool, step)
         if deadline.cancelled_caught:
             error = f"timeout: the rollout ran past {req.limits.timeout_s} s"
-            return _failed(req, p, rollout_id, error, start), None
+            return failed_result(req, p, rollout_id, error, start), None
     except EndpointNotUsable as exc:
-        result = _failed(req, p, rollout_id, f"endpoint not usable: {exc}", start)
+        result = failed_result(req, p, rollout_id, f"endpoint not usable: {exc}", start)
     except Exception as exc:  # an internal failure is a result, never a protocol error
         log.exception("rollout %s of %s failed", rollout_id, req.task)
-        result = _failed(req, p, rollout_id, f"{type(exc).__name__}: {exc}", start)
+        result = failed_result(req, p, rollout_id, f"{type(exc).__name__}: {exc}", start)
     return result, document
 
 
