@@ -39,3 +39,42 @@ def test_demo_runs_a_real_rollout_through_mcp_and_reports_where_the_document_is(
     assert document["stats"]["trainable_tokens"] > 0
     reported = int(line.split(" trainable tokens")[0].rsplit(" ", 1)[1])
     assert reported == document["stats"]["trainable_tokens"]
+
+
+def test_demo_over_http_prints_the_web_ui_url_of_its_rollout_and_serves_it(tmp_path):
+    import signal
+    import time
+
+    import httpx
+
+    out = tmp_path / "rollout.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rollwire", "demo", "--http", "--out", str(out)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        lines: list[str] = []
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            assert line or proc.poll() is None, "".join(lines) + proc.stderr.read()
+            lines.append(line)
+            if line.startswith("parity "):
+                break
+        ui = next(s for s in lines if s.startswith("web UI: ")).split(": ", 1)[1].strip()
+        rollout_id = next(s for s in lines if s.startswith("rollout ")).split()[1]
+        assert ui.startswith("http://127.0.0.1:") and ui.endswith(f"/ui/rollouts/{rollout_id}")
+        page = httpx.get(ui, timeout=30)
+        assert page.status_code == 200 and "/ui/static/app.js" in page.text
+        api = ui.replace("/ui/rollouts/", "/ui/api/rollouts/")
+        view = httpx.get(api, timeout=30).json()
+        assert view["status"] == "done" and view["document"]["turns"]
+        document = json.loads(out.read_text())
+        assert view["document"]["stats"] == document["stats"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=60)
+    assert code == 0, proc.stderr.read()

@@ -31,6 +31,10 @@ MAX_TURNS = 256
 MAX_MODEL_CALLS = 1024
 #: output tokens per model call (the proxy also clamps to what the engine's context leaves)
 MAX_TOKENS = 131_072
+#: top candidates kept per sampled token (sampling.top_logprobs; OpenAI's own maximum)
+MAX_TOP_LOGPROBS = 20
+#: token ids one web UI request may ask the text of
+MAX_UI_PIECES = 4096
 #: wall clock of one rollout, seconds
 MAX_TIMEOUT_S = 86_400.0
 #: a seed (task or sampling): a signed 64-bit integer, as engines take it
@@ -69,6 +73,8 @@ TABLE: tuple[tuple[str, str], ...] = (
     ("limits.max_model_calls", f"1 .. {MAX_MODEL_CALLS:,}"),
     ("limits.timeout_s", f"> 0 .. {MAX_TIMEOUT_S:,.0f}"),
     ("sampling.max_tokens", f"1 .. {MAX_TOKENS:,} (then clamped to the engine's context)"),
+    ("sampling.top_logprobs", f"0 .. {MAX_TOP_LOGPROBS}"),
+    ("token ids per web UI /pieces request", f"1 .. {MAX_UI_PIECES:,}"),
     ("seed, sampling.seed", "a signed 64-bit integer"),
     ("list_tasks limit / offset", f"1 .. {MAX_PAGE} / 0 .. {MAX_OFFSET:,}"),
     ("text arguments", f"{MAX_TEXT:,} characters"),

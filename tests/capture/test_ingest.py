@@ -138,3 +138,28 @@ def test_ids_that_are_not_non_negative_ints_make_the_turn_unlinkable(bad):
     turn = ingest(body).turn
     assert turn is not None and turn.prompt_ids is None
     assert "missing_token_ids" in codes(turn.findings)
+
+
+def test_real_vllm_top_candidates_are_kept_by_id_per_sampled_position():
+    body = reply("02_chat_T1.0_token_ids_logprobs.json")
+    turn = ingest(body).turn
+    content = body["choices"][0]["logprobs"]["content"]
+    assert turn.top_logprobs is not None and len(turn.top_logprobs) == len(content)
+    for row, entry in zip(turn.top_logprobs, content, strict=True):
+        want = [(int(c["token"].split(":")[1]), c["logprob"]) for c in entry["top_logprobs"]]
+        assert row == want
+    assert turn.top_logprobs[0][0] == (504, content[0]["logprob"])  # the sampled id, first
+
+
+def test_top_candidates_named_by_text_are_not_kept_and_the_turn_still_trains():
+    body = copy.deepcopy(reply("02_chat_T1.0_token_ids_logprobs.json"))
+    body["choices"][0]["logprobs"]["content"][3]["top_logprobs"][1]["token"] = " the"
+    turn = ingest(body).turn
+    assert turn.top_logprobs is None and turn.logprobs_ok
+
+
+def test_no_top_candidates_asked_means_none_kept():
+    body = copy.deepcopy(reply("02_chat_T1.0_token_ids_logprobs.json"))
+    for entry in body["choices"][0]["logprobs"]["content"]:
+        entry["top_logprobs"] = []
+    assert ingest(body).turn.top_logprobs is None

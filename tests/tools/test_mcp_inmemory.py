@@ -298,6 +298,22 @@ async def test_run_rollout_multi_reward_with_reward_key(client):
             "answer_mode",
         ),
         (
+            {
+                "task": f"harbor:{EXAMPLES}#count-errors",
+                "harness": "oracle",
+                "sampling": {"top_logprobs": 3},
+            },
+            "sampling.top_logprobs",
+        ),
+        (
+            {
+                "task": "reasoning_gym:chain_sum",
+                "llm_url": "http://x/v1",
+                "sampling": {"top_logprobs": 21},
+            },
+            "top_logprobs",
+        ),
+        (
             {"task": "openspiel:tic_tac_toe", "llm_url": "http://x/v1", "answer_mode": "either"},
             "answer_mode",
         ),

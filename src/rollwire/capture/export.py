@@ -87,6 +87,9 @@ class TurnRecord(BaseModel):
     carried_len: int | None = None
     synthesized_positions: list[int] = Field(default_factory=list)
     drift: int | None = None
+    # Per completion position, the engine's top candidates as [id, logprob] pairs, when the
+    # agent asked for them (top_logprobs): for inspection only.
+    top_logprobs: list[list[tuple[int, float]]] | None = None
 
 
 class RolloutStats(BaseModel):
@@ -429,6 +432,7 @@ def _record(
         usage=turn.usage,
         created_at=turn.created_at,
         messages=turn.messages if level is CaptureLevel.TEXT else None,
+        top_logprobs=turn.top_logprobs if level is CaptureLevel.TOKENS else None,
         constrained_positions=np.flatnonzero(turn.certain).tolist()
         if turn.certain is not None
         else [],

@@ -53,10 +53,37 @@ class CheckedLogprobs:
     values: np.ndarray | None
     certain: np.ndarray | None
     findings: list[Finding]
+    # Per position, the engine's top candidates as (id, logprob) pairs, when the reply carried
+    # them with ids (``token_id:N``); None when it carried none, or any could not be read.
+    top: list[list[tuple[int, float]]] | None = None
 
 
 def _masked(code: str, message: str, node_id: str) -> CheckedLogprobs:
     return CheckedLogprobs(None, None, [warn(code, message, node_id)])
+
+
+def top_candidates(content: list[Any]) -> list[list[tuple[int, float]]] | None:
+    """The ``top_logprobs`` of each entry as (id, logprob) pairs; None when no entry has any
+    or any candidate does not name its token by id (for inspection only: never trained on)."""
+    out: list[list[tuple[int, float]]] = []
+    seen = False
+    for entry in content:
+        tops = entry.get("top_logprobs") if isinstance(entry, dict) else None
+        row: list[tuple[int, float]] = []
+        for cand in tops or ():
+            token = cand.get("token") if isinstance(cand, dict) else None
+            lp = cand.get("logprob") if isinstance(cand, dict) else None
+            if not (isinstance(token, str) and token.startswith(_TOKEN_ID_PREFIX)):
+                return None
+            if isinstance(lp, bool) or not isinstance(lp, int | float) or not math.isfinite(lp):
+                return None
+            try:
+                row.append((int(token[len(_TOKEN_ID_PREFIX) :]), float(lp)))
+            except ValueError:
+                return None
+        seen = seen or bool(row)
+        out.append(row)
+    return out if seen else None
 
 
 def check_logprobs(sampled_ids: list[int], content: Any, node_id: str) -> CheckedLogprobs:
@@ -117,7 +144,7 @@ def check_logprobs(sampled_ids: list[int], content: Any, node_id: str) -> Checke
             "constrained decoding): masked, they carry no policy information"
         )
         findings.append(info("constrained_positions", msg, node_id))
-    return CheckedLogprobs(values, certain, findings)
+    return CheckedLogprobs(values, certain, findings, top_candidates(content))
 
 
 def reply_message(choice: dict[str, Any]) -> dict[str, Any]:
@@ -160,6 +187,7 @@ def ingest_chat_reply(
     sampled_ids = engine_ids(choice.get("token_ids")) if tokens else None
     logprobs: np.ndarray | None = None
     certain: np.ndarray | None = None
+    top: list[list[tuple[int, float]]] | None = None
     if tokens:
         if prompt_ids is None or sampled_ids is None:
             missing = [
@@ -179,7 +207,7 @@ def ingest_chat_reply(
             lp_obj = choice.get("logprobs")
             content = lp_obj.get("content") if isinstance(lp_obj, dict) else lp_obj
             checked = check_logprobs(choice["token_ids"], content, node_id)
-            logprobs, certain = checked.values, checked.certain
+            logprobs, certain, top = checked.values, checked.certain, checked.top
             findings.extend(checked.findings)
     finish = choice.get("finish_reason")
     if finish == "length":
@@ -196,6 +224,7 @@ def ingest_chat_reply(
         sampled_ids=sampled_ids,
         sampled_logprobs=logprobs,
         certain=certain,
+        top_logprobs=top,
         finish_reason=finish if isinstance(finish, str) else None,
         model=reply.get("model") if isinstance(reply.get("model"), str) else None,
         auxiliary=auxiliary,

@@ -52,6 +52,9 @@ class Turn:
     sampled_logprobs: np.ndarray | None
     # Positions of the sampled ids that were forced (logprob exactly 0.0): never loss targets.
     certain: np.ndarray | None = None
+    # The engine's top candidates per sampled position (id, logprob), when the agent asked for
+    # them: for inspection (the UI), never a training target.
+    top_logprobs: list[list[tuple[int, float]]] | None = None
     finish_reason: str | None = None
     dialect: str = "chat"
     model: str | None = None

@@ -136,6 +136,9 @@ class Manifest(BaseModel):
     engine_tier: str | None = None
     model: str | None = None
     counts: Counts = Field(default_factory=Counts)
+    planned: int | None = Field(
+        default=None, description="episodes the latest run set out to hold (its `episodes`)"
+    )
     reward: StatsSummary
     reward_none: int = 0
     trainable_tokens: int = 0
@@ -283,8 +286,10 @@ class EpisodeStore:
         model: str | None = None,
         engine_tier: str | None = None,
         manifest_interval_s: float = 2.0,
+        planned: int | None = None,
     ) -> None:
         self.out_dir = Path(out_dir)
+        self._planned = planned
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self._config: dict[str, Any] = orjson.loads(canonical_json(dict(config or {})))
         self._fingerprint = fingerprint or _config_fingerprint(self._config)
@@ -304,6 +309,8 @@ class EpisodeStore:
                 else (existing.engine_tier if existing else None)
             )
             self._created_at = existing.created_at if existing else utc_now()
+            if self._planned is None and existing is not None:
+                self._planned = existing.planned
             self._remove_stale_temp_files()
             self._done: set[str] = set()
             self._filtered: set[str] = set()
@@ -473,6 +480,7 @@ class EpisodeStore:
             engine_tier=self._tier,
             model=self._model,
             counts=self._counts(),
+            planned=self._planned,
             reward=self._stats.summary(),
             reward_none=self._reward_none,
             trainable_tokens=self._trainable_tokens,

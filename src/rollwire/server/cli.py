@@ -212,7 +212,15 @@ def _cmd_parity(args: argparse.Namespace) -> int:
     return 0 if report.verdict == "PASS" else 1
 
 
+def _interrupted(exc: BaseException) -> bool:
+    """A Ctrl-C, bare or inside a task group's exception group."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_interrupted(e) for e in exc.exceptions)
+    return isinstance(exc, KeyboardInterrupt)
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
+    outcome: list[int] = []  # --http: the demo's verdict, kept for after the Ctrl-C
     try:
         from rollwire.server.demo import run_demo
 
@@ -226,13 +234,21 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                 temperature=args.temperature,
                 seed=args.seed,
                 answer_mode=args.answer_mode,
+                http=args.http,
+                port=args.port,
+                outcome=outcome,
             )
         )
-    except ImportError as exc:
-        _say(
-            f"rollwire demo: the engine extra is not installed ({exc}); run: uv run --extra engine rollwire demo"
-        )
-        return 2
+    except BaseException as exc:  # --http serves until Ctrl-C: that is how it ends
+        if args.http and _interrupted(exc):
+            _say("rollwire demo: stopped")
+            return outcome[0] if outcome else 1
+        if isinstance(exc, ImportError):
+            _say(
+                f"rollwire demo: the engine extra is not installed ({exc}); run: uv run --extra engine rollwire demo"
+            )
+            return 2
+        raise
 
 
 def _endpoint_args(
@@ -577,6 +593,8 @@ async def _serve_mcp_http(
         root = url_of(sock)
         auth = "bearer token required" if token else "no auth (loopback only)"
         _say(f"rollwire MCP server on {root}/mcp (streamable HTTP, {auth}); health {root}/health")
+        ui = f"{root}/ui" + (f"?token={token}" if token else "")
+        _say(f"  web UI {ui}" + (" (the token once; then a cookie)" if token else ""))
         if args.llm_url:
             _say(f"  default engine {args.llm_url}; its capture proxy at {root}/capture/v1")
 
@@ -775,6 +793,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="text (default: the embedded model answers in prose; the verifier reads its "
         "<answer></answer>), tool (the task's answer tool only) or either",
     )
+    d.add_argument(
+        "--http",
+        action="store_true",
+        help="run the MCP server over HTTP on loopback (as serve --http), drive it with the MCP "
+        "client, print the web UI's URL of the rollout, and keep serving until Ctrl-C",
+    )
+    d.add_argument(
+        "--port", type=int, default=0, help="with --http: the server's port (default: any free)"
+    )
     d.set_defaults(func=_cmd_demo)
 
     r = sub.add_parser(
@@ -943,7 +970,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
-    for noisy in ("httpx", "harbor", "LiteLLM", "litellm"):
+    for noisy in (
+        "httpx",
+        "httpx2",
+        "harbor",
+        "LiteLLM",
+        "litellm",
+        "mcp.server.streamable_http_manager",
+    ):
         logging.getLogger(noisy).setLevel(logging.WARNING)  # one line per request drowns the report
     args = build_parser().parse_args(argv)
     try:

@@ -6,6 +6,10 @@ reasoning-gym episode through the capture proxy, the rollout document is read fr
 and written to disk; finally every trainable token is re-scored by the engine (parity).
 Everything it prints comes from tool outputs and the engine's own numbers.
 
+With ``http=True`` (``rollwire demo --http``) the MCP server runs as ``serve --http`` does (uvicorn
+on a loopback port, the web UI at ``/ui``), the real MCP client drives it over streamable HTTP,
+the demo prints the UI's URL of the rollout it ran, and keeps serving until interrupted.
+
 The embedded 135M model answers in prose and does not call tools, so the demo's episode takes
 its answer from the reply text (``answer_mode`` ``text``: reasoning-gym's own ``<answer>``
 extraction) and the reward printed is the verifier's, 0.0 or 1.0, never None.
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
 import orjson
@@ -41,76 +46,129 @@ async def run_demo(
     temperature: float = 1.0,
     seed: int = 0,
     answer_mode: str = "text",
+    http: bool = False,
+    port: int = 0,
+    outcome: list[int] | None = None,
 ) -> int:
-    """Run the demo; 0 when the rollout is usable, trainable and parity passes, else 1."""
-    from mcp import Client
-
+    """Run the demo; 0 when the rollout is usable, trainable and parity passes, else 1.
+    With ``http`` the MCP server and its web UI stay up on ``port`` (0: any free port) after
+    the run, until the process is interrupted (the verdict is appended to ``outcome`` first)."""
     from rollwire.engine.model import DEFAULT_SERVED_NAME, ReferenceModel
     from rollwire.engine.server import create_engine_app
-    from rollwire.server.mcp_app import ServerState, build_server
+    from rollwire.server.mcp_app import ServerState, build_server, http_app
 
     app = create_engine_app(ReferenceModel(n_ctx=4096), served_name=DEFAULT_SERVED_NAME)
     sock = bind("127.0.0.1", 0)
     url = f"{url_of(sock)}/v1"
     async with serving(app, sock, stop_on_exit=True):
         _say(f"1/4 reference engine {DEFAULT_SERVED_NAME} (CPU, llama.cpp) on {url}")
-        async with ServerState() as state, Client(build_server(state)) as mcp:
-            _say("2/4 MCP validate_llm: certifying the engine ...")
-            cert_out = await mcp.call_tool("validate_llm", {"llm_url": url})
-            cert = Certification.model_validate(cert_out.structured_content)
-            print(render_table(cert), flush=True)
-            _say(f"3/4 MCP run_rollout: one {task} episode through the capture proxy ...")
-            args = {
-                "task": task,
-                "llm": url,
-                "seed": seed,
-                "limits": {"max_turns": turns},
-                "sampling": {"temperature": temperature, "max_tokens": max_tokens},
-                "answer_mode": answer_mode,
-            }
-            result = await mcp.call_tool("run_rollout", args)
-            if result.is_error:
-                _say(f"run_rollout failed: {result.content[0].text}")
-                return 1
-            rollout = result.structured_content
-            document = None
-            if rollout["has_document"]:
-                read = await mcp.read_resource(f"rollout://{rollout['rollout_id']}/document")
-                data = orjson.loads(read.contents[0].text)
-                await anyio.Path(out).write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
-                document = RolloutDocument.model_validate(data)
-            counts = rollout["counts"]
-            if rollout["reward"] is None and rollout["stop_reason"] == "no_tool_call":
-                _say(
-                    "   reward None: the verifier never ran, because the model answered in text "
-                    "instead of calling the task's tool (SmolLM2-135M rarely calls tools); "
-                    "--answer-mode text reads the answer from its reply instead"
+        if not http:
+            from mcp import Client
+
+            async with ServerState() as state, Client(build_server(state)) as mcp:
+                return await _drive(
+                    mcp, url, out, task, turns, max_tokens, temperature, seed, answer_mode
                 )
-            elif rollout["reward"] is not None:
-                _say(
-                    f"   reward {rollout['reward']}: the verifier's score of the model's answer "
-                    f"(answer mode {rollout['answer_mode']})"
+        server_sock = bind("127.0.0.1", port)
+        root = url_of(server_sock)
+        state = ServerState()
+        async with serving(http_app(build_server(state)), server_sock, stop_on_exit=True):
+            from mcp import Client
+
+            _say(f"   MCP server on {root}/mcp, web UI on {root}/ui")
+            async with Client(f"{root}/mcp") as mcp:
+                code = await _drive(
+                    mcp,
+                    url,
+                    out,
+                    task,
+                    turns,
+                    max_tokens,
+                    temperature,
+                    seed,
+                    answer_mode,
+                    ui_root=f"{root}/ui",
                 )
-            print(
-                f"\nrollout {rollout['rollout_id']} of {task}: reward {rollout['reward']}, "
-                f"tier {rollout['tier']}, ok {rollout['ok']}, {counts['turns']} turn(s), "
-                f"{counts['trainable_tokens']} trainable tokens, stop {rollout['stop_reason']}, "
-                f"answer mode {rollout['answer_mode']}"
-                + (f"\nrollout document -> {out}" if document is not None else "")
-                + (f"\nerror: {rollout['error']}" if rollout["error"] else "")
-                + "\n",
-                flush=True,
-            )
-        if document is None or cert.model is None:
-            return 1
-        _say("4/4 re-scoring every trainable token with the engine (parity) ...")
-        upstream = Upstream(url)
-        try:
-            report = ParityReport(llm_url=url, model=cert.model, temperature=temperature)
-            report.tolerance = 1e-3
-            report = await score_document(report, upstream, cert.model, document)
-        finally:
-            await upstream.aclose()
-        print(render_report(report), flush=True)
+            if outcome is not None:
+                outcome.append(code)
+            _say("serving the web UI until interrupted (Ctrl-C) ...")
+            # uvicorn takes SIGINT/SIGTERM while it serves and raises it again once stopped
+            await anyio.sleep_forever()
+            return code
+
+
+async def _drive(
+    mcp: Any,
+    url: str,
+    out: Path,
+    task: str,
+    turns: int,
+    max_tokens: int,
+    temperature: float,
+    seed: int,
+    answer_mode: str,
+    ui_root: str | None = None,
+) -> int:
+    """validate_llm, run_rollout, the document, parity: the demo's four steps (1 is the engine)."""
+    _say("2/4 MCP validate_llm: certifying the engine ...")
+    cert_out = await mcp.call_tool("validate_llm", {"llm_url": url})
+    cert = Certification.model_validate(cert_out.structured_content)
+    print(render_table(cert), flush=True)
+    _say(f"3/4 MCP run_rollout: one {task} episode through the capture proxy ...")
+    args = {
+        "task": task,
+        "llm": url,
+        "seed": seed,
+        "limits": {"max_turns": turns},
+        "sampling": {"temperature": temperature, "max_tokens": max_tokens},
+        "answer_mode": answer_mode,
+    }
+    if ui_root is not None:
+        args["sampling"]["top_logprobs"] = 5  # the UI's hover shows the candidates
+    result = await mcp.call_tool("run_rollout", args)
+    if result.is_error:
+        _say(f"run_rollout failed: {result.content[0].text}")
+        return 1
+    rollout = result.structured_content
+    document = None
+    if rollout["has_document"]:
+        read = await mcp.read_resource(f"rollout://{rollout['rollout_id']}/document")
+        data = orjson.loads(read.contents[0].text)
+        await anyio.Path(out).write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
+        document = RolloutDocument.model_validate(data)
+    counts = rollout["counts"]
+    if rollout["reward"] is None and rollout["stop_reason"] == "no_tool_call":
+        _say(
+            "   reward None: the verifier never ran, because the model answered in text "
+            "instead of calling the task's tool (SmolLM2-135M rarely calls tools); "
+            "--answer-mode text reads the answer from its reply instead"
+        )
+    elif rollout["reward"] is not None:
+        _say(
+            f"   reward {rollout['reward']}: the verifier's score of the model's answer "
+            f"(answer mode {rollout['answer_mode']})"
+        )
+    print(
+        f"\nrollout {rollout['rollout_id']} of {task}: reward {rollout['reward']}, "
+        f"tier {rollout['tier']}, ok {rollout['ok']}, {counts['turns']} turn(s), "
+        f"{counts['trainable_tokens']} trainable tokens, stop {rollout['stop_reason']}, "
+        f"answer mode {rollout['answer_mode']}"
+        + (f"\nrollout document -> {out}" if document is not None else "")
+        + (f"\nerror: {rollout['error']}" if rollout["error"] else "")
+        + (f"\nweb UI: {ui_root}/rollouts/{rollout['rollout_id']}" if ui_root else "")
+        + "\n",
+        flush=True,
+    )
+    if document is None or cert.model is None:
+        return 1
+    _say("4/4 re-scoring every trainable token with the engine (parity) ...")
+    upstream = Upstream(url)
+    try:
+        report = ParityReport(llm_url=url, model=cert.model, temperature=temperature)
+        report.tolerance = 1e-3
+        report = await score_document(report, upstream, cert.model, document)
+    finally:
+        await upstream.aclose()
+    print(render_report(report), flush=True)
     trainable = rollout["ok"] and counts["trainable_tokens"] > 0
     return 0 if trainable and report.verdict == "PASS" else 1

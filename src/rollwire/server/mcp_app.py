@@ -734,7 +734,8 @@ def http_app(
     loopback: bool = True,
 ) -> Starlette:
     """One ASGI app: the MCP endpoint at ``/mcp`` (behind bearer auth when ``token`` is set),
-    the default endpoint's capture proxy at ``/capture``, and ``/health``.
+    the default endpoint's capture proxy at ``/capture``, the read-only web UI at ``/ui`` (same
+    token: once in the URL, then a cookie; see :mod:`rollwire.server.ui`), and ``/health``.
 
     Its lifespan enters the server's state (background rollouts, proxy servers) and the MCP
     session manager; shutdown cancels and cleans up every running rollout. Off loopback the
@@ -764,13 +765,19 @@ def http_app(
                 "llm_url": llm.url if llm else None,
                 "mcp": "/mcp",
                 "capture": "/capture/v1" if llm else None,
+                "ui": "/ui",
             }
         )
 
+    from rollwire.server.ui import ui_app
+
+    ui = ui_app(state, token=token, loopback=loopback)
     return Starlette(
         routes=[
             Route("/health", health),
             Mount("/capture", app=capture_app(state)),
+            Route("/ui", ui),
+            Mount("/ui", app=ui),
             Mount("", app=guarded),
         ],
         lifespan=lifespan,

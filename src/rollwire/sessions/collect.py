@@ -112,6 +112,8 @@ class CollectConfig(BaseModel):
         )
         if data.get("answer_mode") is None:
             del data["answer_mode"]  # collections made before answer modes keep their identity
+        if data["sampling"].get("top_logprobs") is None:
+            del data["sampling"]["top_logprobs"]  # nor do those made before top_logprobs change
         llm = data.get("llm")
         if isinstance(llm, list):
             urls = sorted(e["url"] for e in llm)
@@ -389,7 +391,7 @@ async def collect(
                 "directory (nothing was deleted)"
             )
         store = await EpisodeStore.aopen(
-            out, config=config.identity(), model=model, engine_tier=tier
+            out, config=config.identity(), model=model, engine_tier=tier, planned=config.episodes
         )
         async with store:
             if ray_address is None:

@@ -35,6 +35,8 @@ class LoopLimits(BaseModel):
     max_tokens: int = Field(default=256, ge=1, le=bounds.MAX_TOKENS)
     temperature: float = Field(default=1.0, ge=0)
     seed: int | None = None
+    # >0: ask for the engine's top candidates per token (kept in the document for inspection)
+    top_logprobs: int = Field(default=0, ge=0, le=bounds.MAX_TOP_LOGPROBS)
     # native: send `tools` and read `tool_calls` (text calls in the reply are read too);
     # text: describe the tools in the system prompt and read calls from the reply text only.
     tool_format: Literal["native", "text"] = "native"
@@ -105,6 +107,9 @@ async def run_tool_loop(
             }
             if limits.seed is not None:
                 body["seed"] = limits.seed + turn
+            if limits.top_logprobs:
+                body["logprobs"] = True
+                body["top_logprobs"] = limits.top_logprobs
             if limits.tool_format == "native" and tools:
                 body["tools"] = tools
             try:

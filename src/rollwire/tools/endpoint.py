@@ -137,6 +137,10 @@ class EndpointPool:
             self._endpoints[key] = made
             return made
 
+    def endpoints(self) -> list[Endpoint]:
+        """Every endpoint made so far (its proxy's live sessions are in ``proxy.sessions``)."""
+        return list(self._endpoints.values())
+
     @property
     def n_proxies(self) -> int:
         """Capture proxies built so far (one per endpoint)."""

@@ -108,6 +108,7 @@ class StoredRollout:
 
     result: RolloutResult
     document: RolloutDocument | None
+    llm: LLMSpec | None = None  # the engine its calls went to (the web UI detokenises with it)
 
 
 class RolloutStore:
@@ -207,6 +208,12 @@ class Sampling(BaseModel):
         ge=bounds.MIN_SEED,
         le=bounds.MAX_SEED,
         description="the model's seed; default: the rollout's seed",
+    )
+    top_logprobs: int | None = Field(
+        default=None,
+        ge=0,
+        le=bounds.MAX_TOP_LOGPROBS,
+        description="env tasks: top candidates per token, kept for the web UI",
     )
 
 
@@ -388,6 +395,12 @@ def plan(req: RolloutRequest) -> Plan:
             "answer_mode: applies to env tasks only; a Harbor task's verifier reads what the "
             "agent did in its sandbox"
         )
+    if req.sampling.top_logprobs:
+        raise RolloutArgumentError(
+            "sampling.top_logprobs: applies to env tasks only (rollwire's tool loop asks the "
+            "engine for them); a Harbor agent makes its own requests, and its candidates are "
+            "kept when it asks for them itself"
+        )
 
     harness = req.harness or DEFAULT_HARBOR_HARNESS
     sandbox = req.sandbox or LOCAL_SANDBOX
@@ -463,7 +476,7 @@ async def run_rollout(
     p = checked or await anyio.to_thread.run_sync(plan, req)
     result, document = await attempt(req, p, rollout_id, pool, step)
     await step(3, "storing the rollout document")
-    store.put(StoredRollout(result=result, document=document))
+    store.put(StoredRollout(result=result, document=document, llm=req.llm if p.needs_llm else None))
     summary = summary_of(
         result, include_tokens=req.include_tokens, has_document=document is not None
     )
@@ -531,6 +544,7 @@ async def execute(
             max_turns=max_turns,
             max_tokens=req.sampling.max_tokens or ENV_DEFAULT_MAX_TOKENS,
             temperature=ENV_DEFAULT_TEMPERATURE if temperature is None else temperature,
+            top_logprobs=req.sampling.top_logprobs or 0,
         )
         env_out = await run_env_rollout(
             req.task,
