@@ -178,6 +178,8 @@ def test_token_in_rollout_strip_counts_trained_tokens_and_shows_each_tokens_numb
     assert int(strip.get_attribute("data-trained")) == sum(seq["loss_mask"]) > 0
     assert f"{sum(seq['loss_mask'])} trained" in page.locator("body").inner_text()
     assert "spliced" in page.locator("[data-testid=turn][data-node-id=t2]").inner_text()
+    graph_node = page.locator("svg[data-testid=graph] g[data-node-id=t2]")
+    assert "spliced" in (graph_node.text_content() or "")  # the token-in mode, drawn
     # the first trained position: its cell, then its tooltip
     pos = seq["loss_mask"].index(1)
     token_id = seq["input_ids"][pos]

@@ -921,7 +921,7 @@
   // ---------------------------------------------------------------- graph (plain SVG, built once)
 
   function buildGraph(turns, onSelect) {
-    const NW = 150, NH = 28, GX = 20, GY = 12, PAD = 8;
+    const NW = 170, NH = 28, GX = 20, GY = 12, PAD = 8;
     const byId = new Map();
     for (const t of turns) byId.set(String(t.node_id), t);
     const kids = new Map();
@@ -990,7 +990,7 @@
         svg('title', null, `${id} \u00b7 ${t.role}${t.trainable ? ' \u00b7 trainable' : ''}${t.retokenized_from ? ' \u00b7 retokenized from ' + t.retokenized_from : ''}\nprompt ${pl} + completion ${cl} tokens\nfinish ${show(t.finish_reason)} \u00b7 token in ${show(t.token_in_mode)}`),
         svg('rect', { width: NW, height: NH, rx: 4 }),
         svg('text', { x: 6, y: 11.5, class: 'n1' }, svg('tspan', { class: 'nid' }, id), ' ' + String(t.role) + (t.retokenized_from ? ' \u27f2' : '')),
-        svg('text', { x: 6, y: 23, class: 'n2' }, `${pl} + ${cl} tok`));
+        svg('text', { x: 6, y: 23, class: 'n2' }, `${pl} + ${cl} tok \u00b7 ${String(t.token_in_mode || 'rendered').split(':')[0]}`));
       const worst = worstLevel(t.findings);
       if (worst) g.append(svg('circle', { cx: NW - 7, cy: 7, r: 3.5, class: 'fdot lvl-' + worst }));
       gN.append(g);
