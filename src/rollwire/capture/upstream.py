@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+import aiohttp
 import anyio
 import httpx
 import orjson
@@ -55,8 +59,28 @@ def normalise_base_url(llm_url: str) -> str:
     return url
 
 
+@dataclass(frozen=True)
+class _Reply:
+    """A whole reply as the exchange read it: status line, headers and body."""
+
+    status: int
+    reason: str
+    headers: Mapping[str, str]  # case-insensitive (aiohttp's CIMultiDict, httpx.Headers)
+    raw: bytes
+
+    @property
+    def is_success(self) -> bool:
+        return 200 <= self.status < 300
+
+
 class Upstream:
-    """An async client bound to one endpoint; owns its connection pool until ``aclose``."""
+    """An async client bound to one endpoint; owns its connection pool until ``aclose``.
+
+    Over the network it sends with aiohttp (a third of httpx's CPU per call on the proxy's hot
+    path: bench/README.md, issue 20); given an httpx ``transport`` (an in-process ASGI app, a
+    test's mock) it sends through that. Both report failures as the same :class:`UpstreamError`
+    kinds.
+    """
 
     def __init__(
         self,
@@ -67,38 +91,75 @@ class Upstream:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.base_url = normalise_base_url(llm_url)
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.timeout_s = timeout_s
         # Load and health, read by rollwire.tools.engines to place and drain rollouts.
         self.in_flight = 0  # exchanges under way
         self.transport_failures_in_a_row = 0  # connect/timeout/disconnected, reset by any reply
         self.last_transport_error: str | None = None
-        self._client = httpx.AsyncClient(
-            base_url=self.base_url,
-            headers=headers,
-            timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)),
-            limits=httpx.Limits(max_connections=256, max_keepalive_connections=128),
-            transport=transport,
-        )
+        self._connect_s = min(10.0, timeout_s)
+        self._httpx: httpx.AsyncClient | None = None
+        self._session: aiohttp.ClientSession | None = None  # made on first use, inside a loop
+        self._closed = False
+        self._proxies: dict[str, str | None] = {}  # per host:port, from the environment
+        if transport is not None:
+            self._httpx = httpx.AsyncClient(
+                headers=self._headers,
+                timeout=httpx.Timeout(timeout_s, connect=self._connect_s),
+                transport=transport,
+            )
 
     async def aclose(self) -> None:
         """Close the connection pool."""
-        await self._client.aclose()
+        self._closed = True
+        if self._httpx is not None:
+            await self._httpx.aclose()
+        if self._session is not None:
+            await self._session.close()
+
+    def _proxy_for(self, url: str) -> str | None:
+        """``HTTP(S)_PROXY`` unless ``NO_PROXY`` covers the host (as httpx honoured them), read
+        once per host: aiohttp's own ``trust_env`` reads the environment on every request."""
+        host = urlsplit(url).netloc
+        if host not in self._proxies:
+            scheme = urlsplit(url).scheme
+            proxies = urllib.request.getproxies()
+            bypass = urllib.request.proxy_bypass(urlsplit(url).hostname or host)
+            self._proxies[host] = None if bypass else proxies.get(scheme)
+        return self._proxies[host]
+
+    def _aiohttp(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            if self._closed:
+                raise RuntimeError(f"upstream client for {self.base_url} is closed")
+            self._session = aiohttp.ClientSession(
+                headers=self._headers,
+                connector=aiohttp.TCPConnector(limit=256, ttl_dns_cache=300),
+                timeout=aiohttp.ClientTimeout(
+                    total=None, sock_connect=self._connect_s, sock_read=self.timeout_s
+                ),
+                skip_auto_headers=("User-Agent",),
+            )
+        return self._session
 
     async def request_json(self, method: str, path: str, body: Any = None) -> Any:
         """Send one request; return parsed JSON or raise :class:`UpstreamError`.
 
-        ``timeout_s`` bounds the whole exchange, status line to last byte: httpx's own timeouts
-        bound each read, so a reply that trickles a byte at a time would never end without it.
+        ``timeout_s`` bounds the whole exchange, status line to last byte: the clients' own
+        timeouts bound each read, so a reply that trickles a byte at a time would never end
+        without it.
         """
         content = orjson.dumps(body) if body is not None else None
         headers = {"Content-Type": "application/json"} if content is not None else None
-        request = self._client.build_request(method, path, content=content, headers=headers)
-        started: list[httpx.Response] = []  # the response, once its status line is in
+        url = path if path.startswith(("http://", "https://")) else self.base_url + path
+        started: list[int] = []  # the status, once the status line is in
         self.in_flight += 1
         try:
             with anyio.fail_after(self.timeout_s):
-                resp, raw = await self._exchange(request, started)
+                if self._httpx is not None:
+                    reply = await self._exchange_httpx(method, url, content, headers, started)
+                else:
+                    reply = await self._exchange_aiohttp(method, url, content, headers, started)
         except TimeoutError:
             error = self._timed_out(started[0] if started else None, "total deadline")
             self._note_transport_failure(error)
@@ -109,76 +170,129 @@ class Upstream:
         finally:
             self.in_flight -= 1
         self.transport_failures_in_a_row = 0  # the engine answered (even with an error status)
-        return self._parse(resp, raw)
+        return self._parse(reply)
 
     def _note_transport_failure(self, error: UpstreamError) -> None:
         self.transport_failures_in_a_row += 1
         self.last_transport_error = error.message
 
-    def _timed_out(self, resp: httpx.Response | None, why: str) -> UpstreamError:
-        """``why``: httpx's timeout (no byte for ``timeout_s``), or the total deadline."""
-        if resp is None:
+    def _timed_out(self, status: int | None, why: str) -> UpstreamError:
+        """``why``: the client's read timeout (no byte for ``timeout_s``), or the total deadline."""
+        if status is None:
             msg = f"upstream {self.base_url} timed out after {self.timeout_s:g}s with no reply ({why})"
             return UpstreamError("timeout", msg)
         msg = (
-            f"upstream {self.base_url} answered {resp.status_code} but its body was still "
+            f"upstream {self.base_url} answered {status} but its body was still "
             f"incomplete when it timed out after {self.timeout_s:g}s ({why})"
         )
-        return UpstreamError("timeout", msg, status=resp.status_code)
+        return UpstreamError("timeout", msg, status=status)
 
-    async def _exchange(
-        self, request: httpx.Request, started: list[httpx.Response]
-    ) -> tuple[httpx.Response, bytes]:
+    def _no_answer(self, exc: BaseException) -> UpstreamError:
+        msg = (
+            f"upstream {self.base_url} closed the connection without answering: "
+            f"{type(exc).__name__}: {exc}"
+        )
+        return UpstreamError("connect", msg)
+
+    def _cut_off(self, status: int, exc: BaseException) -> UpstreamError:
+        msg = (
+            f"upstream {self.base_url} closed the connection in the middle of its "
+            f"{status} reply: {type(exc).__name__}: {exc}"
+        )
+        return UpstreamError("disconnected", msg, status=status)
+
+    async def _exchange_aiohttp(
+        self,
+        method: str,
+        url: str,
+        content: bytes | None,
+        headers: dict[str, str] | None,
+        started: list[int],
+    ) -> _Reply:
         try:
-            resp = await self._client.send(request, stream=True)
+            resp = await self._aiohttp().request(
+                method,
+                url,
+                data=content,
+                headers=headers,
+                allow_redirects=False,
+                proxy=self._proxy_for(url),
+            )
+        except TimeoutError as exc:  # aiohttp's connect and read timeouts are TimeoutErrors
+            raise self._timed_out(None, type(exc).__name__) from exc
+        except aiohttp.ClientConnectorError as exc:
+            msg = f"cannot reach upstream {self.base_url}: {type(exc).__name__}: {exc}"
+            raise UpstreamError("connect", msg) from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise self._no_answer(exc) from exc
+        started.append(resp.status)
+        try:
+            raw = await resp.read()
+        except TimeoutError as exc:
+            resp.close()
+            raise self._timed_out(resp.status, type(exc).__name__) from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            resp.close()
+            raise self._cut_off(resp.status, exc) from exc
+        except BaseException:  # cancelled mid-body: the connection cannot be reused
+            resp.close()
+            raise
+        resp.release()
+        return _Reply(resp.status, resp.reason or "", resp.headers, raw)
+
+    async def _exchange_httpx(
+        self,
+        method: str,
+        url: str,
+        content: bytes | None,
+        headers: dict[str, str] | None,
+        started: list[int],
+    ) -> _Reply:
+        assert self._httpx is not None
+        request = self._httpx.build_request(method, url, content=content, headers=headers)
+        try:
+            resp = await self._httpx.send(request, stream=True)
         except httpx.TimeoutException as exc:
             raise self._timed_out(None, type(exc).__name__) from exc
         except httpx.ConnectError as exc:
             msg = f"cannot reach upstream {self.base_url}: {type(exc).__name__}: {exc}"
             raise UpstreamError("connect", msg) from exc
         except httpx.TransportError as exc:
-            msg = (
-                f"upstream {self.base_url} closed the connection without answering: "
-                f"{type(exc).__name__}: {exc}"
-            )
-            raise UpstreamError("connect", msg) from exc
-        started.append(resp)
+            raise self._no_answer(exc) from exc
+        started.append(resp.status_code)
         try:
             raw = await resp.aread()
         except httpx.TimeoutException as exc:
-            raise self._timed_out(resp, type(exc).__name__) from exc
+            raise self._timed_out(resp.status_code, type(exc).__name__) from exc
         except httpx.TransportError as exc:
-            msg = (
-                f"upstream {self.base_url} closed the connection in the middle of its "
-                f"{resp.status_code} reply: {type(exc).__name__}: {exc}"
-            )
-            raise UpstreamError("disconnected", msg, status=resp.status_code) from exc
+            raise self._cut_off(resp.status_code, exc) from exc
         finally:
             await resp.aclose()
-        return resp, raw
+        return _Reply(resp.status_code, resp.reason_phrase, resp.headers, raw)
 
-    def _parse(self, resp: httpx.Response, raw: bytes) -> Any:
+    def _parse(self, reply: _Reply) -> Any:
+        raw = reply.raw
         try:
             parsed = orjson.loads(raw)
         except orjson.JSONDecodeError:
             parsed = _lenient_json(raw)
         if parsed is _NOT_JSON:
             parsed = None
-            if resp.is_success:
-                if _is_event_stream(resp, raw):
+            if reply.is_success:
+                if _is_event_stream(reply):
                     raise UpstreamError(
-                        "unexpected_stream", _stream_message(resp, raw), status=resp.status_code
+                        "unexpected_stream", _stream_message(reply), status=reply.status
                     ) from None
                 snippet = raw[:200].decode("utf-8", "replace")
-                msg = f"upstream answered {resp.status_code} with a body that is not JSON: {snippet!r}"
-                raise UpstreamError("invalid_json", msg, status=resp.status_code) from None
-        if not resp.is_success:
+                msg = f"upstream answered {reply.status} with a body that is not JSON: {snippet!r}"
+                raise UpstreamError("invalid_json", msg, status=reply.status) from None
+        if not reply.is_success:
             raise UpstreamError(
                 "http",
-                f"upstream answered {resp.status_code}: {_error_message(parsed, resp, raw)}",
-                status=resp.status_code,
+                f"upstream answered {reply.status}: {_error_message(parsed, reply)}",
+                status=reply.status,
                 body=parsed,
-                retry_after=resp.headers.get("retry-after"),
+                retry_after=reply.headers.get("retry-after"),
             )
         return parsed
 
@@ -233,7 +347,7 @@ def _lenient_json(raw: bytes) -> Any:
         return _NOT_JSON
 
 
-def _error_message(parsed: Any, resp: httpx.Response, raw: bytes) -> str:
+def _error_message(parsed: Any, reply: _Reply) -> str:
     if isinstance(parsed, dict):
         err = parsed.get("error", parsed)
         if isinstance(err, dict) and err.get("message"):
@@ -242,28 +356,28 @@ def _error_message(parsed: Any, resp: httpx.Response, raw: bytes) -> str:
             return err
         if parsed.get("detail"):
             return str(parsed["detail"])
-    text = raw[:2000].decode("utf-8", "replace")
-    if "html" in resp.headers.get("content-type", "").lower() or text.lstrip().startswith("<"):
+    text = reply.raw[:2000].decode("utf-8", "replace")
+    if "html" in reply.headers.get("content-type", "").lower() or text.lstrip().startswith("<"):
         # A gateway's error page (nginx: "502 Bad Gateway"): its title, else its text.
         title = _HTML_TITLE.search(text)
         text = title.group(1) if title else _HTML_TAG.sub(" ", text)
         text = " ".join(text.split())
-    return text[:300] or resp.reason_phrase
+    return text[:300] or reply.reason
 
 
 _HTML_TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
 _HTML_TAG = re.compile(r"<[^>]*>")
 
 
-def _is_event_stream(resp: httpx.Response, raw: bytes) -> bool:
-    ctype = resp.headers.get("content-type", "").lower()
-    return "text/event-stream" in ctype or raw.lstrip().startswith((b"data:", b"event:"))
+def _is_event_stream(reply: _Reply) -> bool:
+    ctype = reply.headers.get("content-type", "").lower()
+    return "text/event-stream" in ctype or reply.raw.lstrip().startswith((b"data:", b"event:"))
 
 
-def _stream_message(resp: httpx.Response, raw: bytes) -> str:
+def _stream_message(reply: _Reply) -> str:
     """What an event stream that came instead of a JSON reply looked like (stream=false was
     sent: the proxy never asks an engine to stream)."""
-    events = [e for e in raw.replace(b"\r\n", b"\n").split(b"\n\n") if e.strip()]
+    events = [e for e in reply.raw.replace(b"\r\n", b"\n").split(b"\n\n") if e.strip()]
     done = any(e.strip().endswith(b"data: [DONE]") for e in events)
     ending = (
         "it ended with data: [DONE]"
@@ -271,6 +385,6 @@ def _stream_message(resp: httpx.Response, raw: bytes) -> str:
         else "it was cut before data: [DONE] (truncated stream)"
     )
     return (
-        f"upstream answered {resp.status_code} with an event stream ({len(events)} events) "
+        f"upstream answered {reply.status} with an event stream ({len(events)} events) "
         f"where a JSON reply was asked (stream=false); {ending}"
     )

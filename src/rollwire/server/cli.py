@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import gc
 import ipaddress
 import json
 import logging
@@ -26,7 +25,7 @@ from rollwire.capture.proxy import BAD_DATA_POLICIES, CaptureProxy, certified_co
 from rollwire.capture.rollout import CaptureLevel
 from rollwire.capture.token_paths import PATH_ORDER, REASONING_PARSERS, TOOL_PARSERS
 from rollwire.capture.upstream import Upstream
-from rollwire.server.serving import BindError, bind, serving, url_of
+from rollwire.server.serving import BindError, bind, run_server, serving, settle_gc, url_of
 from rollwire.sessions.base import ANSWER_MODES, DEFAULT_ANSWER_MODE
 
 log = logging.getLogger("rollwire")
@@ -75,10 +74,7 @@ async def _serve_proxy(args: argparse.Namespace) -> None:
         raise SystemExit(f"rollwire proxy: {exc}") from None
     proxy = CaptureProxy(config)
     sock = _open(args.host, args.port)
-    # Startup objects never die: keep them out of full collections (gen-2 pauses of 40-60 ms
-    # under load otherwise, bench/README.md).
-    gc.collect()
-    gc.freeze()
+    settle_gc()
     async with serving(proxy.app, sock, stop_on_exit=False) as server:
         url = url_of(sock)
         # A healthy answer from someone else's server on our port would mint sessions nobody honours.
@@ -120,7 +116,7 @@ def _cmd_proxy(args: argparse.Namespace) -> int:
     if not _is_loopback(args.host) and not args.admin_key:
         _say(f"rollwire proxy: --host {args.host} is reachable from outside: set --admin-key")
         return 2
-    anyio.run(_serve_proxy, args)
+    run_server(_serve_proxy, args)
     return 0
 
 
@@ -175,7 +171,7 @@ def _cmd_engine(args: argparse.Namespace) -> int:
         f"from {model.path} on {model.backend}, logprobs {args.logprobs_mode}, on {{url}}\n"
         "  next: rollwire validate --llm-url {url}/v1"
     )
-    anyio.run(_serve_engine, app, args.host, args.port, banner)
+    run_server(_serve_engine, app, args.host, args.port, banner)
     return 0
 
 
@@ -589,6 +585,7 @@ async def _serve_mcp_http(
         build_server(state), host=args.host, token=token, loopback=_is_loopback(args.host)
     )
     sock = _open(args.host, args.port)
+    settle_gc()
     async with serving(app, sock, stop_on_exit=False):
         root = url_of(sock)
         auth = "bearer token required" if token else "no auth (loopback only)"
@@ -603,7 +600,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if args.stdio:
         from rollwire.server.mcp_app import serve_stdio
 
-        anyio.run(serve_stdio, _server_state(args))
+        run_server(serve_stdio, _server_state(args))
         return 0
     token, admin_key, notes = http_secrets(args.host, args.token, args.admin_key)
     if admin_key is None and args.llm_url:
@@ -612,7 +609,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         notes.append(f"generated capture control-plane admin key: {admin_key}")
     for note in notes:
         _say(f"rollwire serve: {note}")
-    anyio.run(_serve_mcp_http, args, token, admin_key)
+    run_server(_serve_mcp_http, args, token, admin_key)
     return 0
 
 
