@@ -18,16 +18,18 @@ Rollouts:
 Timed per turn (perf_counter_ns), all in this process:
 
 * ``parse``: ``orjson.loads`` of the reply (paid by the proxy's upstream client anyway; context);
-* ``floor``: the baseline, ``np.fromiter`` of the prompt and sampled id lists to int64 (what
-  ``as_ids`` does): no checks, no linking; the least any ingest of list-shaped ids can cost;
+* ``floor``: the baseline, ``np.fromiter`` of the prompt and sampled id lists to int64: no
+  checks, no linking; the plain numpy conversion of list-shaped ids. (``ingest`` converts and
+  checks the types in one pass through marshal, which is cheaper than this floor.)
 * ``ingest``: ``ingest_chat_reply`` (checks + conversion);
-* ``link``: ``RolloutGraph.add`` (concatenate, prefix-hash, find parent, adopt);
+* ``link``: ``RolloutGraph.add`` (find a node known to prefix the prompt, hash from there on,
+  find parent, adopt);
 * ``hash_ref``: ``prefix_hashes(np.concatenate([prompt, sampled]))`` alone, timed after ``link``
-  on the same arrays: the O(prompt) part every link pays. (It runs on memory ``link`` just
-  freed, so it is a lower bound: inside ``link`` the same work costs more, see the README.)
+  on the same arrays: what hashing the whole sequence would cost (``link`` no longer does it:
+  it hashes only past a node known to prefix the prompt, usually the parent).
 
 ``ingest + link`` is the ingest cost of a turn; the target is that an 800-turn, 128k-token
-rollout ingests in under 2 s, and that the per-turn cost is flat in the number of nodes.
+rollout ingests in at most 1 s, and that the per-turn cost is flat in the number of nodes.
 Export (``export_rollout``, and its JSON serialisation as the proxy's ``GET /rollout`` does)
 is timed once per rollout.
 
@@ -71,7 +73,7 @@ from rollwire.capture.rollout import CaptureLevel, RolloutGraph
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = ROOT / "bench" / "results"
-TARGET_800_TURN_S = 2.0
+TARGET_800_TURN_S = 1.0
 VOCAB_LO, VOCAB_HI = 100, 49152
 
 
@@ -449,7 +451,7 @@ def target_check(rows: list[dict[str, Any]]) -> dict[str, Any]:
     r800 = next((r for r in linear if r["turns"] == 800), None)
     if r800 is not None:
         out["ingest_800_s"] = r800["ingest_plus_link_s"]
-        out["ingest_800_ok"] = r800["ingest_plus_link_s"] < TARGET_800_TURN_S
+        out["ingest_800_ok"] = r800["ingest_plus_link_s"] <= TARGET_800_TURN_S
     if len(linear) >= 2:
         lo = min(linear, key=lambda r: r["turns"])
         hi = max(linear, key=lambda r: r["turns"])

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rollwire.capture.graph import PrefixGraph, prefix_hashes, tie_key
+from rollwire.capture.graph import PrefixGraph, _PrefixKeys, prefix_hashes, tie_key
 
 
 def _links(graph: PrefixGraph) -> dict[str, tuple[str | None, str | None]]:
@@ -193,3 +193,83 @@ def test_effective_parents_form_a_forest(turns):
             assert cur.node_id not in seen
             seen.add(cur.node_id)
             cur = cur.parent
+
+
+# ---- the hint: hashing starts at the latest node or an ancestor known to prefix the prompt ------
+
+
+def test_prompt_diverging_at_the_last_token_of_the_latest_sequence_is_not_its_child():
+    rng = np.random.default_rng(0)
+    head = rng.integers(100, 49_152, 131_072).tolist()
+    g = PrefixGraph()
+    g.add("a", head[:1000], head[1000:1064])
+    b = g.add("b", head[:-64], head[-64:])
+    diverged = [*head[:-1], head[-1] + 1, 5, 6]
+    c = g.add("c", diverged, [7])
+    assert c.prefix_parent is not None and c.prefix_parent.node_id == "a"
+    assert c.anchor is b  # it starts with b's prompt: b's reply re-tokenised, a fresh root
+    d = g.add("d", [*head, 5, 6], [7])
+    assert d.parent is b
+
+
+def test_a_longer_parent_off_the_latest_nodes_ancestry_still_wins():
+    g = PrefixGraph()
+    g.add("a", [1, 2], [3])
+    g.add("b", [1, 2, 3, 4], [5])
+    g.add("x", [1, 2, 3, 7], [8])  # latest: its ancestor "a" is the hint, "b" is longer
+    d = g.add("d", [1, 2, 3, 4, 5, 6], [9])
+    assert d.parent is not None and d.parent.node_id == "b"
+
+
+def test_keys_equal_the_full_prefix_hashes_whatever_the_hint():
+    rng = np.random.default_rng(1)
+    seq = rng.integers(0, 50, 400).tolist()
+    g = PrefixGraph()
+    for i, n_p in enumerate([10, 60, 61, 200, 150, 390, 30]):
+        node = g.add(f"t{i}", seq[:n_p], seq[n_p : n_p + 5])
+        full = prefix_hashes(node.sequence())
+        assert node.seq_key == int(full[-1])
+        assert node.prompt_key == int(full[n_p - 1])
+
+
+@st.composite
+def long_rollouts(draw: st.DrawFn) -> list[tuple[str, list[int], list[int]]]:
+    """Branching chains with long shared prefixes, so hints are found, wrong, or too short."""
+    tokens = st.integers(0, 2)
+    turns: list[tuple[str, list[int], list[int]]] = []
+    for i in range(draw(st.integers(1, 14))):
+        if not turns or draw(st.integers(0, 5)) == 0:
+            prompt = draw(st.lists(tokens, min_size=1, max_size=30))
+        else:
+            _, bp, bs = turns[draw(st.integers(max(0, len(turns) - 3), len(turns) - 1))]
+            base = bp + bs
+            cut = draw(st.integers(max(1, len(base) - 3), len(base)))
+            prompt = base[:cut] + draw(st.lists(tokens, max_size=4))
+        turns.append((f"t{i}", prompt, draw(st.lists(tokens, min_size=1, max_size=3))))
+    return turns
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_long_rollouts_link_as_the_reference_in_any_arrival_order(data: st.DataObject):
+    turns = data.draw(long_rollouts())
+    for order in (turns, data.draw(st.permutations(turns))):  # in order, hints are found most
+        g = PrefixGraph()
+        for nid, prompt, sampled in order:
+            g.add(nid, prompt, sampled)
+        assert _links(g) == _reference(turns)
+        for node in g:
+            full = prefix_hashes(node.sequence())
+            assert node.seq_key == int(full[-1])
+            assert node.prompt_key == int(full[len(node.prompt) - 1])
+
+
+def test_prefix_keys_below_the_hint_are_hashed_when_asked_for():
+    g = PrefixGraph()
+    hint = g.add("h", [5, 6, 7], [8])
+    node = g.add("n", [5, 6, 7, 8, 9, 5], [6])
+    full = [0, *prefix_hashes(node.sequence()).tolist()]
+    keys = _PrefixKeys(node, hint)
+    index = {full[n]: [] for n in (2, 4, 6)}
+    assert list(keys.lengths_in(index, 1, 7)) == [6, 4, 2]  # crosses the hint at 4
+    assert [keys(n) for n in range(8)] == full

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from rollwire.capture.findings import Finding, Level
-from rollwire.capture.graph import Node, PrefixGraph, as_ids
+from rollwire.capture.graph import Node, PrefixGraph, as_ids, plain_int_ids
 
 
 class CaptureLevel(StrEnum):
@@ -198,6 +198,9 @@ class RolloutGraph:
             return len(self._graph.roots()) + len(self._unlinked)
 
 
-def ids_array(values: Sequence[int] | np.ndarray | None) -> np.ndarray | None:
-    """Engine ids as a read-only array; None stays None (never an empty stand-in)."""
-    return None if values is None else as_ids(values)
+def ids_array(values: Sequence[Any] | np.ndarray | None) -> np.ndarray | None:
+    """Engine ids as a read-only int64 array; None stays None (never an empty stand-in), and a
+    sequence with anything but plain ints in it (a bool, a float, ...) gives None too."""
+    if values is None:
+        return None
+    return as_ids(values) if isinstance(values, np.ndarray) else plain_int_ids(values)
