@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import platform
 import shutil
 import socket
 import subprocess
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
@@ -64,6 +66,23 @@ def cpu_seconds(pid: int) -> float:
     except OSError:
         return math.nan
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine() -> dict[str, Any]:
+    """The machine a result was measured on."""
+    return {
+        "cpus": os.cpu_count(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+    }
+
+
+def write_json(doc: dict[str, Any], path: str | Path) -> Path:
+    """A result document, indented, its folder made if needed."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    return out
 
 
 def git_state() -> dict[str, Any]:

@@ -49,7 +49,6 @@ import contextlib
 import datetime as dt
 import math
 import os
-import platform
 import pstats
 import shutil
 import signal
@@ -67,7 +66,7 @@ from typing import Any
 
 import orjson
 
-from measure import cpu_seconds, free_port, machine_busy_seconds, percentile
+from measure import cpu_seconds, free_port, machine, machine_busy_seconds, percentile, write_json
 
 THIS_FILE = Path(__file__).resolve()
 ROOT = THIS_FILE.parents[1]
@@ -287,6 +286,36 @@ def start_service(name: str, argv: list[str], port: int, cpu: int | None, log_di
     return service
 
 
+def spawn_fake(reply_tokens: int, cpu: int | None, log_dir: Path) -> Service:
+    """``tests.fakes.vllm`` answering ``reply_tokens``-token replies (not yet waited for)."""
+    port = free_port()
+    argv = [sys.executable, "-m", "tests.fakes.vllm", "--port", str(port)]
+    argv += ["--reply-tokens", str(reply_tokens), "--max-model-len", "8192"]
+    return start_service("fake", argv, port, cpu, log_dir)
+
+
+def spawn_replay(
+    name: str, origin_port: int, delay_ms: float, cpu: int | None, log_dir: Path
+) -> Service:
+    """This file's ``--serve-replay`` upstream in front of ``origin_port`` (not yet waited for)."""
+    port = free_port()
+    argv = [sys.executable, str(THIS_FILE), "--serve-replay", "--port", str(port)]
+    argv += ["--origin-port", str(origin_port), "--replay-delay-ms", str(delay_ms)]
+    return start_service(name, argv, port, cpu, log_dir)
+
+
+def spawn_rollwire_proxy(
+    name: str, upstream_port: int, cpu: int | None, log_dir: Path, prof: list[str] | None = None
+) -> Service:
+    """``python -m rollwire proxy`` (its defaults: token-in and every check on) in front of
+    ``upstream_port``, with ``ADMIN_KEY`` for its control plane (not yet waited for)."""
+    port = free_port()
+    argv = [sys.executable, *(prof or []), "-m", "rollwire", "proxy"]
+    argv += ["--llm-url", f"http://{HOST}:{upstream_port}/v1", "--port", str(port)]
+    argv += ["--admin-key", ADMIN_KEY]
+    return start_service(name, argv, port, cpu, log_dir)
+
+
 async def wait_ready(service: Service, path: str, timeout_s: float = STARTUP_TIMEOUT_S) -> Any:
     deadline = time.monotonic() + timeout_s
     last: BaseException | None = None
@@ -357,6 +386,25 @@ class SessionPool:
         finally:
             await conn.close()
         self.used.clear()
+
+
+def rotating_sessions(pool: SessionPool, per_session: int) -> Callable[[int], Callable[[], bytes]]:
+    """Request sources for ``run_load``: each worker takes a fresh session every
+    ``per_session`` calls."""
+
+    def per_worker(_worker: int) -> Callable[[], bytes]:
+        state = {"left": 0, "request": b""}
+
+        def next_request() -> bytes:
+            if state["left"] == 0:
+                state["request"] = pool.take()
+                state["left"] = per_session
+            state["left"] -= 1
+            return state["request"]
+
+        return next_request
+
+    return per_worker
 
 
 @dataclass
@@ -519,21 +567,6 @@ async def measure_mode(
     def direct_source(_worker: int) -> Callable[[], bytes]:
         return lambda: direct_request
 
-    def make_proxied_source(pool: SessionPool) -> Callable[[int], Callable[[], bytes]]:
-        def per_worker(_worker: int) -> Callable[[], bytes]:
-            state = {"left": 0, "request": b""}
-
-            def next_request() -> bytes:
-                if state["left"] == 0:
-                    state["request"] = pool.take()
-                    state["left"] = args.per_session
-                state["left"] -= 1
-                return state["request"]
-
-            return next_request
-
-        return per_worker
-
     async def one_run(target: str, n: int, conc: int) -> RunResult:
         cap = max(1.0, min(args.run_seconds, global_deadline - time.monotonic()))
         if target == "direct":
@@ -542,7 +575,7 @@ async def measure_mode(
         await pool.fill(math.ceil(n / args.per_session) + conc)
         try:
             return await run_load(
-                mode.proxy.port, n, conc, make_proxied_source(pool), services, cap
+                mode.proxy.port, n, conc, rotating_sessions(pool, args.per_session), services, cap
             )
         finally:
             await pool.close_used()
@@ -674,6 +707,20 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def pin_client(no_pin: bool) -> bool:
+    """Whether to pin the services (upstreams on UPSTREAM_CPU, proxies on PROXY_CPU): taskset
+    exists, both CPUs are ours and ``no_pin`` is false; if so this process (the load
+    generator) moves to CLIENT_CPU."""
+    pin = (
+        not no_pin
+        and shutil.which("taskset") is not None
+        and {UPSTREAM_CPU, PROXY_CPU} <= os.sched_getaffinity(0)
+    )
+    if pin:
+        os.sched_setaffinity(0, {CLIENT_CPU})
+    return pin
+
+
 def warn_if_busy() -> float:
     """The 1-minute load average; a warning when other work is running on this machine."""
     load = os.getloadavg()[0]
@@ -706,35 +753,18 @@ def print_profile(path: Path, top: int = 25) -> None:
 
 
 async def main_async(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Path]]:
-    pin = (
-        not args.no_pin
-        and shutil.which("taskset") is not None
-        and {UPSTREAM_CPU, PROXY_CPU} <= os.sched_getaffinity(0)
-    )
-    if pin:
-        os.sched_setaffinity(0, {CLIENT_CPU})
+    pin = pin_client(args.no_pin)
     load_start = warn_if_busy()
     started = time.monotonic()
     global_deadline = started + args.max_total_seconds
     body = completion_body(args.reply_tokens)
-    py = sys.executable
     log_dir = Path(tempfile.mkdtemp(prefix="rollwire-bench-"))
     services: list[Service] = []
     results: dict[str, Any] = {}
     checks: dict[str, Any] = {}
     profile_paths: dict[str, Path] = {}
     try:
-        fake_port = free_port()
-        fake = start_service(
-            "fake",
-            [
-                *(py, "-m", "tests.fakes.vllm", "--port", str(fake_port)),
-                *("--reply-tokens", str(args.reply_tokens), "--max-model-len", "8192"),
-            ],
-            fake_port,
-            UPSTREAM_CPU if pin else None,
-            log_dir,
-        )
+        fake = spawn_fake(args.reply_tokens, UPSTREAM_CPU if pin else None, log_dir)
         services.append(fake)
         await wait_ready(fake, "/health")
         modes: list[Mode] = []
@@ -743,37 +773,20 @@ async def main_async(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str
             if delay_ms is None:
                 upstream, upstream_services = fake, [fake]
             else:
-                port = free_port()
-                upstream = start_service(
-                    f"upstream-{name}",
-                    [
-                        *(py, str(THIS_FILE), "--serve-replay", "--port", str(port)),
-                        *("--origin-port", str(fake_port), "--replay-delay-ms", str(delay_ms)),
-                    ],
-                    port,
-                    UPSTREAM_CPU if pin else None,
-                    log_dir,
+                upstream = spawn_replay(
+                    f"upstream-{name}", fake.port, delay_ms, UPSTREAM_CPU if pin else None, log_dir
                 )
                 services.append(upstream)
                 await wait_ready(upstream, "/v1/models")
                 upstream_services = [upstream, fake]
-            port = free_port()
             prof: list[str] = []
             if args.profile_proxy:
                 safe = name.replace(":", "")
                 profile_paths[name] = RESULTS_DIR / f"proxy_profile_{safe}.prof"
                 RESULTS_DIR.mkdir(parents=True, exist_ok=True)
                 prof = ["-m", "cProfile", "-o", str(profile_paths[name])]
-            proxy = start_service(
-                f"proxy-{name}",
-                [
-                    *(py, *prof, "-m", "rollwire", "proxy"),
-                    *("--llm-url", f"http://{HOST}:{upstream.port}/v1", "--port", str(port)),
-                    *("--admin-key", ADMIN_KEY),
-                ],
-                port,
-                PROXY_CPU if pin else None,
-                log_dir,
+            proxy = spawn_rollwire_proxy(
+                f"proxy-{name}", upstream.port, PROXY_CPU if pin else None, log_dir, prof
             )
             services.append(proxy)
             await wait_ready(proxy, "/health")
@@ -795,11 +808,7 @@ async def main_async(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str
     doc = {
         "benchmark": "proxy_overhead",
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "machine": platform.machine(),
-            "python": platform.python_version(),
-        },
+        "machine": machine(),
         "placement": (
             {"upstreams": UPSTREAM_CPU, "proxy": PROXY_CPU, "client": CLIENT_CPU}
             if pin
@@ -832,9 +841,7 @@ def report(doc: dict[str, Any], profile_paths: dict[str, Path], json_path: str) 
     doc["markdown"] = table
     print()
     print(table)
-    out = Path(json_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    out = write_json(doc, json_path)
     print(f"\nwrote {out} ({doc['elapsed_s']:.0f} s; placement: {doc['placement']})")
     for name, path in profile_paths.items():
         if path.exists():
