@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from rollwire.harnesses.harbor import sandboxfs
 from rollwire.harnesses.harbor.dockerfile import UnsupportedDockerfileError
 from rollwire.harnesses.harbor.local import (
     INSTALL_HINT,
@@ -24,6 +25,17 @@ from tests.harbor.helpers import EXAMPLES, make_environment, make_task, running
 pytestmark = pytest.mark.anyio
 
 HOLDER_PROCESSES = 2  # bwrap's pid-1 reaper and the process holding the namespaces
+
+
+@pytest.fixture(params=["host", "exec"])
+def transfers(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways files travel: by this process through openat2 (the default where the kernel
+    has it), and by cat/tar run in the sandbox (kernels without openat2)."""
+    if request.param == "exec":
+        monkeypatch.setattr(sandboxfs, "_AVAILABLE", False)
+    else:
+        assert sandboxfs.available(), "this kernel has no openat2: only the exec path is tested"
+    return request.param
 
 
 def env_dir(tmp_path: Path, dockerfile: str, **files: str) -> Path:
@@ -158,7 +170,7 @@ async def test_sandbox_has_no_network_by_default(tmp_path: Path) -> None:
     assert online.stdout == "reached\n"  # network=True shares the host's network
 
 
-async def test_files_travel_both_ways(tmp_path: Path) -> None:
+async def test_files_travel_both_ways(tmp_path: Path, transfers: str) -> None:
     source = tmp_path / "payload"
     (source / "sub").mkdir(parents=True)
     (source / "sub" / "data.txt").write_text("payload\n")
@@ -181,7 +193,9 @@ async def test_files_travel_both_ways(tmp_path: Path) -> None:
     assert not (out / "nope.txt").exists()
 
 
-async def test_symlinks_made_in_the_sandbox_never_reach_host_files(tmp_path: Path) -> None:
+async def test_symlinks_made_in_the_sandbox_never_reach_host_files(
+    tmp_path: Path, transfers: str
+) -> None:
     out = tmp_path / "out"
     async with running(tmp_path, env_dir(tmp_path, "FROM x\nWORKDIR /app\n")) as env:
         await env.exec(
@@ -243,7 +257,9 @@ async def test_stale_roots_of_dead_processes_are_swept(tmp_path: Path) -> None:
     assert os.listdir(tmp_path / "sandboxes") == []
 
 
-async def test_dockerfile_user_is_the_default_and_transfers_still_work(tmp_path: Path) -> None:
+async def test_dockerfile_user_is_the_default_and_transfers_still_work(
+    tmp_path: Path, transfers: str
+) -> None:
     script = tmp_path / "s.sh"
     script.write_text("echo hi\n")
     async with running(tmp_path, env_dir(tmp_path, "FROM x\nWORKDIR /tmp\nUSER nobody\n")) as env:
@@ -303,3 +319,133 @@ async def test_concurrent_sandboxes_never_kill_each_others_processes(tmp_path: P
         for i in range(8):
             tg.create_task(cycle(i))
     assert failures == []
+
+
+async def test_transfers_by_this_process_spawn_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = tmp_path / "payload"
+    (source / "sub").mkdir(parents=True)
+    (source / "sub" / "data.txt").write_text("payload\n")
+    spawned: list[object] = []
+    real = asyncio.create_subprocess_exec
+
+    async def spy(*args: object, **kwargs: object) -> object:
+        spawned.append(args[0])
+        return await real(*args, **kwargs)  # type: ignore[arg-type]
+
+    async with running(tmp_path, env_dir(tmp_path, "FROM x\nWORKDIR /app\n")) as env:
+        await env.exec("mkdir -p /logs/agent && echo log > /logs/agent/a.txt")
+        monkeypatch.setattr(asyncio, "create_subprocess_exec", spy)
+        await env.upload_dir(source, "/solution")
+        await env.upload_file(source / "sub" / "data.txt", "/tests/data.txt")
+        await env.download_dir("/logs/agent", tmp_path / "out")
+        await env.download_file("/solution/sub/data.txt", tmp_path / "data.txt")
+        assert await env.is_dir("/solution/sub") and not await env.is_dir("/tests/data.txt")
+        assert await env.is_file("/tests/data.txt") and not await env.is_file("/nope")
+        monkeypatch.setattr(asyncio, "create_subprocess_exec", real)
+        check = await env.exec("cat /solution/sub/data.txt /tests/data.txt")
+    assert spawned == []
+    assert check.stdout == "payload\npayload\n"
+    assert (tmp_path / "out" / "a.txt").read_text() == "log\n"
+    assert (tmp_path / "data.txt").read_text() == "payload\n"
+
+
+async def test_uploads_follow_sandbox_links_inside_the_sandbox_only(
+    tmp_path: Path, transfers: str
+) -> None:
+    # A link the sandbox made to an absolute path names *its* path, never the host's, even
+    # when the host has that path.
+    host_dir = tmp_path / "host-dir"
+    host_dir.mkdir()
+    source = tmp_path / "payload"
+    (source / "sub").mkdir(parents=True)
+    (source / "sub" / "f.txt").write_text("new\n")
+    (source / "note.txt").write_text("note\n")
+    async with running(tmp_path, env_dir(tmp_path, "FROM x\nWORKDIR /app\n")) as env:
+        await env.exec(
+            f"mkdir -p {host_dir} && ln -s {host_dir} /app/link && mkdir -p /dst && "
+            "ln -s /etc /dst/sub && "
+            "ln -s ../../../../../../../../etc/passwd /dst/note.txt"
+        )
+        await env.upload_file(source / "note.txt", "/app/link/deep/x.txt")
+        await env.upload_dir(source, "/dst")
+        landed = await env.exec(
+            f"cat {host_dir}/deep/x.txt; test -L /dst/sub || cat /dst/sub/f.txt; "
+            "test -L /dst/note.txt || cat /dst/note.txt; test -e /etc/f.txt || echo etc-untouched; "
+            "head -c 5 /etc/passwd"
+        )
+        assert await env.is_dir(f"{host_dir}/deep")
+    assert landed.stdout == "note\nnew\nnote\netc-untouched\nroot:"
+    assert list(host_dir.iterdir()) == []  # the host's directory of that name got nothing
+
+
+async def test_transfers_keep_modes_and_hard_links_and_respect_read_only_mounts(
+    tmp_path: Path, transfers: str
+) -> None:
+    source = tmp_path / "payload"
+    source.mkdir()
+    (source / "run.sh").write_text("#!/bin/sh\necho ran\n")
+    (source / "run.sh").chmod(0o751)
+    os.link(source / "run.sh", source / "again.sh")
+    (source / "secret").write_text("s\n")
+    (source / "secret").chmod(0o600)
+    async with running(tmp_path, env_dir(tmp_path, "FROM x\nWORKDIR /app\n")) as env:
+        await env.upload_dir(source, "/opt/tool")
+        await env.upload_file(source / "run.sh", "/opt/one/run.sh")
+        modes = await env.exec(
+            "stat -c '%n %a %h' /opt/tool/run.sh /opt/tool/again.sh /opt/tool/secret "
+            "/opt/one/run.sh && /opt/one/run.sh"
+        )
+        with pytest.raises(RuntimeError, match="failed in the local sandbox"):
+            await env.upload_file(source / "secret", "/usr/rollwire-should-not-exist")
+        with pytest.raises(RuntimeError, match="failed in the local sandbox"):
+            await env.download_dir("/nope", tmp_path / "out")
+    assert modes.stdout == (
+        "/opt/tool/run.sh 751 2\n/opt/tool/again.sh 751 2\n/opt/tool/secret 600 1\n"
+        "/opt/one/run.sh 751 1\nran\n"
+    )
+    assert not (Path("/usr") / "rollwire-should-not-exist").exists()
+
+
+async def test_fifos_in_the_sandbox_never_block_a_download(tmp_path: Path, transfers: str) -> None:
+    out = tmp_path / "out"
+    async with running(tmp_path, env_dir(tmp_path, "FROM x\nWORKDIR /app\n")) as env:
+        await env.exec("mkfifo /logs/agent/pipe && echo fine > /logs/agent/ok")
+        await env.download_dir("/logs/agent", out)
+        if transfers == "host":  # cat would wait for a writer; this process refuses at once
+            with pytest.raises(FileNotFoundError, match="not a regular file"):
+                await env.download_file("/logs/agent/pipe", tmp_path / "pipe")
+    assert sorted(p.name for p in out.iterdir()) == ["ok"]
+
+
+def test_the_private_etc_is_a_faithful_copy_of_the_hosts_files(tmp_path: Path) -> None:
+    from rollwire.harnesses.harbor.local import _ETC_COPIED, _ETC_NETWORK, _make_skeleton
+
+    for attempt in range(2):  # the second from what was read the first time
+        fs = tmp_path / f"fs{attempt}"
+        _make_skeleton(fs, hostname="h", network=True)
+        compared = 0
+        for name in (*_ETC_COPIED, *_ETC_NETWORK):
+            host = Path("/etc", name)
+            if not (host.is_symlink() or host.is_dir() or host.is_file()):
+                assert not (fs / "etc" / name).exists() and not (fs / "etc" / name).is_symlink()
+                continue
+            paths = (
+                [host, *sorted(host.rglob("*"))]
+                if host.is_dir() and not host.is_symlink()
+                else [host]
+            )
+            for path in paths:
+                copy = fs / "etc" / path.relative_to("/etc")
+                if path.is_symlink():
+                    assert os.readlink(copy) == os.readlink(path), copy
+                elif path.is_dir():
+                    assert copy.is_dir() and not copy.is_symlink(), copy
+                elif path.is_file():
+                    assert copy.read_bytes() == path.read_bytes(), copy
+                    assert copy.stat().st_mtime_ns == path.stat().st_mtime_ns, copy
+                if not path.is_symlink():
+                    assert copy.stat().st_mode == path.stat().st_mode, copy
+                compared += 1
+        assert compared > 10

@@ -11,6 +11,9 @@ web server) outlive the exec that started them, exactly as in a container, and s
 loopback. Killing the holder (pid 1 of the namespace) kills everything, which is how ``stop``
 and the death of this process (``--die-with-parent``) clean up. No network unless asked
 (``network=True``). The Dockerfile is honoured as far as :mod:`.dockerfile` says; ``RUN`` fails.
+Files travel without a process: this one reads and writes them through a handle on the
+sandbox's root, every path resolved inside it (:mod:`.sandboxfs`; cat/tar in the sandbox where the
+kernel lacks ``openat2``).
 
 Not done here: resource limits (cpus/memory are accepted and not enforced), GPUs, network
 allowlists, docker-compose tasks and prebuilt ``docker_image`` tasks (both refused clearly).
@@ -28,6 +31,7 @@ import re
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tarfile
@@ -52,6 +56,7 @@ from harbor.models.task.config import EnvironmentConfig as TaskEnvironmentConfig
 from harbor.models.task.config import NetworkMode
 from harbor.models.trial.paths import TrialPaths
 
+from rollwire.harnesses.harbor import sandboxfs
 from rollwire.harnesses.harbor.dockerfile import (
     DockerfilePlan,
     UnsupportedDockerfileError,
@@ -118,7 +123,27 @@ class ExecTimeoutError(RuntimeError):
 
 def bwrap_path(explicit: str | None = None) -> str:
     """The bwrap binary: the argument, else ``$ROLLWIRE_BWRAP``, else the one on PATH."""
-    return explicit or os.environ.get(BWRAP_ENV) or shutil.which("bwrap") or "/usr/bin/bwrap"
+    return explicit or os.environ.get(BWRAP_ENV) or _which("bwrap", os.environ.get("PATH"))
+
+
+def _which(name: str, path: str | None) -> str:
+    found = _FOUND.get((name, path))
+    if found is None or not os.access(found, os.X_OK):
+        found = shutil.which(name, path=path)
+        if found is None:
+            return f"/usr/bin/{name}"  # not remembered: installing it later is seen
+        _FOUND[(name, path)] = found
+    return found
+
+
+_FOUND: dict[tuple[str, str | None], str] = {}
+
+
+def probed(bwrap: str | None = None) -> bool:
+    """Whether this bwrap already made a working sandbox here (and is still there): a cheap
+    check, without the look-ups of :func:`sandbox_problem`, for every later sandbox."""
+    path = bwrap_path(bwrap)
+    return path in _WORKING and os.access(path, os.X_OK)
 
 
 def sandbox_problem(bwrap: str | None = None) -> str | None:
@@ -259,6 +284,9 @@ class LocalEnvironment(BaseEnvironment):
         # the kernel reuses the number at once, and a sweep by number would hit a stranger.
         self._pid_ns_fd: int | None = None
         self._enter_user_ns = False
+        # A handle on the sandbox's root (its pid 1's), through which files are transferred by
+        # this process (see sandboxfs); None where the kernel lacks openat2: transfers then exec.
+        self._root_fd: int | None = None
         self._running: dict[int, asyncio.subprocess.Process] = {}
         self._token = uuid.uuid4().hex[:12]
         self._seq = itertools.count()
@@ -354,7 +382,9 @@ class LocalEnvironment(BaseEnvironment):
     @override
     async def start(self, force_build: bool) -> None:
         assert self._plan is not None
-        problem = await asyncio.to_thread(sandbox_problem, self._bwrap)
+        problem = (
+            None if probed(self._bwrap) else await asyncio.to_thread(sandbox_problem, self._bwrap)
+        )
         if problem is not None:
             raise SandboxUnavailableError(problem)
         if self._base is not None:
@@ -428,6 +458,9 @@ class LocalEnvironment(BaseEnvironment):
         self._pid_ns_fd = os.open(f"/proc/{self._init_pid}/ns/pid", os.O_RDONLY)
         self._pid_ns = os.readlink(f"/proc/{self._init_pid}/ns/pid")
         self._enter_user_ns = _joins_user_ns(self._init_pid)
+        if sandboxfs.available():
+            with contextlib.suppress(OSError):  # not allowed here: transfers exec instead
+                self._root_fd = sandboxfs.open_root(self._init_pid)
         logger.debug(
             "local sandbox %s up: root %s, init pid %s", self.session_id, fs, self._init_pid
         )
@@ -472,6 +505,9 @@ class LocalEnvironment(BaseEnvironment):
         if self._pid_ns_fd is not None:
             os.close(self._pid_ns_fd)
             self._pid_ns_fd = None
+        if self._root_fd is not None:  # transfers still running hold their own duplicate
+            os.close(self._root_fd)
+            self._root_fd = None
         if self._base is not None:
             if delete:
                 await asyncio.to_thread(_remove_tree, self._base)
@@ -590,15 +626,33 @@ class LocalEnvironment(BaseEnvironment):
             task.cancel()
 
     # --- files ---------------------------------------------------------------------------
-    # Transfers run inside the sandbox (cat/tar through a pipe), so a symlink an agent made
-    # can never point them at a host path.
+    # Transfers resolve every path inside the sandbox, so a symlink an agent made can never point
+    # them at a host path: by this process through a handle on the sandbox's root (sandboxfs:
+    # openat2 with RESOLVE_IN_ROOT, no process spawned), or, where the kernel lacks openat2, by
+    # cat/tar run in the sandbox through a pipe.
+
+    def _root_handle(self) -> int | None:
+        """A duplicate of the root handle for one transfer (None: transfer by exec instead)."""
+        if self._holder is None or self._holder.returncode is not None or self._stopped:
+            raise RuntimeError(f"the local sandbox {self.session_id} is not running")
+        return None if self._root_fd is None else os.dup(self._root_fd)
 
     @override
     async def upload_file(self, source_path: Path | str, target_path: str) -> None:
         source = await asyncio.to_thread(Path(source_path).open, "rb")
-        mode = os.fstat(source.fileno()).st_mode & 0o7777
-        script = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1" && chmod "$2" "$1"'
         with source:
+            root = self._root_handle()
+            if root is not None:
+                await _in_thread(
+                    root,
+                    f"upload {source_path} -> {target_path}",
+                    sandboxfs.upload_file,
+                    source,
+                    target_path,
+                )
+                return
+            mode = os.fstat(source.fileno()).st_mode & 0o7777
+            script = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1" && chmod "$2" "$1"'
             result = await self._transfer(
                 ["/bin/sh", "-c", script, "sh", target_path, f"{mode:o}"], stdin=source
             )
@@ -606,8 +660,20 @@ class LocalEnvironment(BaseEnvironment):
 
     @override
     async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
+        source = Path(source_dir)
+        await asyncio.to_thread(os.listdir, source)  # a missing source raises as before
+        root = self._root_handle()
+        if root is not None:
+            await _in_thread(
+                root,
+                f"upload {source_dir}/ -> {target_dir}",
+                sandboxfs.upload_dir,
+                source,
+                target_dir,
+            )
+            return
         with tempfile.TemporaryFile() as archive:
-            await asyncio.to_thread(_pack, Path(source_dir), archive)
+            await asyncio.to_thread(_pack, source, archive)
             archive.seek(0)
             script = 'mkdir -p -- "$1" && tar -xf - -C "$1" --no-same-owner'
             result = await self._transfer(
@@ -622,12 +688,24 @@ class LocalEnvironment(BaseEnvironment):
         partial = target.with_name(f".{target.name}.{self._token}.part")
         try:
             with partial.open("wb") as sink:
-                result = await self._transfer(["/bin/cat", "--", source_path], stdout=sink)
-            if result.return_code != 0:
-                raise FileNotFoundError(
-                    f"download {source_path} from the local sandbox failed: "
-                    f"{(result.stderr or '').strip()}"
-                )
+                root = self._root_handle()
+                if root is not None:
+                    try:
+                        await _in_thread(
+                            root, "", sandboxfs.download_file, source_path, sink, raw=True
+                        )
+                    except OSError as exc:
+                        raise FileNotFoundError(
+                            f"download {source_path} from the local sandbox failed: "
+                            f"{exc.strerror or exc}"
+                        ) from None
+                else:
+                    result = await self._transfer(["/bin/cat", "--", source_path], stdout=sink)
+                    if result.return_code != 0:
+                        raise FileNotFoundError(
+                            f"download {source_path} from the local sandbox failed: "
+                            f"{(result.stderr or '').strip()}"
+                        )
             partial.replace(target)
         finally:
             partial.unlink(missing_ok=True)
@@ -637,13 +715,50 @@ class LocalEnvironment(BaseEnvironment):
         target = Path(target_dir)
         await asyncio.to_thread(target.mkdir, parents=True, exist_ok=True)
         with tempfile.TemporaryFile() as archive:
-            script = 'cd -- "$1" && tar -cf - .'
-            result = await self._transfer(
-                ["/bin/sh", "-c", script, "sh", source_dir], stdout=archive
-            )
-            _check(result, f"download {source_dir}/ -> {target}")
+            root = self._root_handle()
+            if root is not None:
+                await _in_thread(
+                    root,
+                    f"download {source_dir}/ -> {target}",
+                    sandboxfs.download_dir,
+                    source_dir,
+                    archive,
+                )
+            else:
+                script = 'cd -- "$1" && tar -cf - .'
+                result = await self._transfer(
+                    ["/bin/sh", "-c", script, "sh", source_dir], stdout=archive
+                )
+                _check(result, f"download {source_dir}/ -> {target}")
             archive.seek(0)
             await asyncio.to_thread(_unpack, archive, target, self.logger)
+
+    @override
+    async def is_dir(self, path: str, user: str | int | None = None) -> bool:
+        mode = self._host_mode(path, user)
+        return await super().is_dir(path, user) if mode is None else stat.S_ISDIR(mode)
+
+    @override
+    async def is_file(self, path: str, user: str | int | None = None) -> bool:
+        mode = self._host_mode(path, user)
+        return await super().is_file(path, user) if mode is None else stat.S_ISREG(mode)
+
+    def _host_mode(self, path: str, user: str | int | None) -> int | None:
+        """``test``'s view of ``path`` for root, by this process: its mode, 0 when it is not
+        there; None when only an exec can say (a non-root user, no openat2, not running)."""
+        user = self._resolve_user(user)
+        if user is None and self._plan is not None:
+            user = self._plan.user
+        if user not in _ROOT_USERS or self._root_fd is None or self._stopped:
+            return None
+        try:
+            fd = sandboxfs.openat2(self._root_fd, path, os.O_PATH)
+        except OSError:
+            return 0  # absent, a dangling link, a loop: `test -d` and `test -f` are false
+        try:
+            return os.fstat(fd).st_mode
+        finally:
+            os.close(fd)
 
     async def _transfer(
         self,
@@ -655,6 +770,28 @@ class LocalEnvironment(BaseEnvironment):
         return await self._run(
             argv, cwd="/", env=None, user="root", timeout_sec=600, stdin=stdin, stdout=stdout
         )
+
+
+async def _in_thread(root: int, what: str, func: Any, *args: Any, raw: bool = False) -> None:
+    """Run a sandboxfs transfer in a thread on its own root handle (closed when it is done).
+
+    An OSError (a path that is not there, a read-only mount) is a RuntimeError naming ``what``,
+    as a failed cat/tar is; ``raw`` lets the caller word it.
+    """
+
+    def run() -> None:
+        try:
+            func(root, *args)
+        finally:
+            os.close(root)
+
+    try:
+        await asyncio.to_thread(run)
+    except OSError as exc:
+        if raw:
+            raise
+        detail = f"{exc.strerror}: {exc.filename}" if exc.strerror and exc.filename else exc
+        raise RuntimeError(f"{what} failed in the local sandbox: {detail}") from exc
 
 
 # --- the sandbox's root --------------------------------------------------------------------
@@ -693,14 +830,88 @@ def _make_skeleton(fs: Path, *, hostname: str, network: bool) -> None:
     (etc / "hosts").write_text(
         f"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{hostname}\n"
     )
-    for name in (*_ETC_COPIED, *(_ETC_NETWORK if network else ())):
-        source = Path("/etc", name)
-        if source.is_symlink():
-            os.symlink(os.readlink(source), etc / name)
-        elif source.is_dir():
-            shutil.copytree(source, etc / name, symlinks=True)
-        elif source.is_file():
-            shutil.copy2(source, etc / name)
+    etc_fd = os.open(etc, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        dirs: list[tuple[str, int]] = []
+        for name in (*_ETC_COPIED, *(_ETC_NETWORK if network else ())):
+            for rel, kind, data, mode, times in _host_etc(name):
+                _write_entry(etc_fd, rel, kind, data, mode, times)
+                if kind == "dir":
+                    dirs.append((rel, mode))
+        for rel, mode in reversed(dirs):  # after their contents, as copytree does
+            os.chmod(rel, mode, dir_fd=etc_fd)
+    finally:
+        os.close(etc_fd)
+
+
+# /etc/<name> of the host as read last: (signature, entries). Every sandbox gets a copy of the same
+# few files; reading them once, and again only when one changes (by a stat of each), leaves the
+# writes, without copy2's per-file opens of the source, sendfile and metadata copies.
+_ETC_CACHE: dict[str, tuple[tuple[Any, ...], list[tuple[str, str, Any, int, tuple[int, int]]]]] = {}
+
+
+def _host_etc(name: str) -> list[tuple[str, str, Any, int, tuple[int, int]]]:
+    """/etc/<name> as (relative path, kind, data, mode, (atime, mtime) ns), parents first.
+
+    The top entry is copied as it is: a symlink as a symlink, a directory with its tree (links
+    in it as links), a regular file with its content; anything else (or nothing) is left out.
+    """
+    source = os.path.join("/etc", name)
+    stats: list[tuple[str, os.stat_result]] = []
+    try:
+        top = os.lstat(source)
+    except OSError:
+        return []
+    stats.append((name, top))
+    if stat.S_ISDIR(top.st_mode):
+        for dirpath, dirnames, filenames in os.walk(source):
+            dirnames.sort()
+            for entry in sorted(dirnames + filenames):
+                path = os.path.join(dirpath, entry)
+                with contextlib.suppress(OSError):
+                    stats.append((os.path.relpath(path, "/etc"), os.lstat(path)))
+            dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+    signature = tuple(
+        (rel, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
+        for rel, st in stats
+    )
+    cached = _ETC_CACHE.get(name)
+    if cached is not None and cached[0] == signature:
+        return cached[1]
+    entries: list[tuple[str, str, Any, int, tuple[int, int]]] = []
+    for rel, st in stats:
+        path = os.path.join("/etc", rel)
+        mode, times = stat.S_IMODE(st.st_mode), (st.st_atime_ns, st.st_mtime_ns)
+        try:
+            if stat.S_ISLNK(st.st_mode):
+                entries.append((rel, "link", os.readlink(path), mode, times))
+            elif stat.S_ISDIR(st.st_mode):
+                entries.append((rel, "dir", None, mode, times))
+            elif stat.S_ISREG(st.st_mode):
+                entries.append((rel, "file", Path(path).read_bytes(), mode, times))
+        except OSError:
+            continue
+    _ETC_CACHE[name] = (signature, entries)
+    return entries
+
+
+def _write_entry(
+    etc_fd: int, rel: str, kind: str, data: Any, mode: int, times: tuple[int, int]
+) -> None:
+    if kind == "link":
+        os.symlink(data, rel, dir_fd=etc_fd)
+    elif kind == "dir":
+        os.mkdir(rel, 0o700, dir_fd=etc_fd)  # its mode is set once its entries are in
+    else:
+        fd = os.open(rel, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=etc_fd)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fchmod(fd, mode)
+            os.utime(fd, ns=times)
+        finally:
+            os.close(fd)
 
 
 def _read_only_paths() -> tuple[str, ...]:

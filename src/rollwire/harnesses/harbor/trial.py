@@ -33,7 +33,7 @@ from harbor.utils.import_path import import_symbol
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollwire.harnesses.harbor.datasets import TaskEntry
-from rollwire.harnesses.harbor.local import TYPE, sandbox_problem
+from rollwire.harnesses.harbor.local import TYPE, probed, sandbox_problem
 from rollwire.sessions.base import EnvVerdict
 from rollwire.sessions.result import coerce_reward, pick_reward
 
@@ -114,7 +114,10 @@ async def run_trial(
     kwargs = {"network": network, **(environment_kwargs or {})}
     trial_dir: Path | None = None
     try:
-        problem, sandbox = await asyncio.to_thread(_preflight, import_path, kwargs)
+        if import_path == LOCAL_IMPORT_PATH and probed(kwargs.get("bwrap")):
+            problem, sandbox = None, TYPE  # its probe passed already: no look-ups, no thread
+        else:
+            problem, sandbox = await asyncio.to_thread(_preflight, import_path, kwargs)
         if problem is not None:
             return failed(problem, "SandboxUnavailableError")
         root = Path(trials_dir or os.environ.get(TRIALS_DIR_ENV) or _default_trials_dir())
