@@ -8,8 +8,12 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from rollwire.capture import ingest as ingest_mod
 from rollwire.capture.findings import Level
 from rollwire.capture.ingest import ingest_chat_reply
 from rollwire.capture.rollout import CaptureLevel
@@ -163,3 +167,69 @@ def test_no_top_candidates_asked_means_none_kept():
     for entry in body["choices"][0]["logprobs"]["content"]:
         entry["top_logprobs"] = []
     assert ingest(body).turn.top_logprobs is None
+
+
+# --- the fast reading agrees with the per-entry reading -------------------------------------
+
+_token = st.one_of(
+    st.integers(0, 60000).map(lambda i: f"token_id:{i}"),
+    st.sampled_from(["token_id:007", "token_id:-1", "token_id:", "token_id:1e3", " the", ""]),
+    st.integers(0, 10**20).map(lambda i: f"token_id:{i}"),
+    st.integers(0, 5),
+    st.none(),
+)
+_logprob = st.one_of(
+    st.floats(max_value=0.0, allow_nan=False, allow_infinity=False),
+    st.floats(),
+    st.integers(-5, 1),
+    st.booleans(),
+    st.none(),
+    st.just("-0.5"),
+)
+_entry = st.fixed_dictionaries(
+    {"token": _token, "logprob": _logprob},
+    optional={
+        "top_logprobs": st.lists(
+            st.fixed_dictionaries({"token": _token, "logprob": _logprob}), max_size=3
+        )
+    },
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(_entry, st.none()), max_size=6), st.data())
+def test_the_fast_reading_of_logprobs_never_accepts_what_the_per_entry_reading_refuses(
+    content, data
+):
+    ids = [
+        data.draw(st.integers(0, 60000))
+        if not (isinstance(e, dict) and isinstance(e["token"], str) and data.draw(st.booleans()))
+        else int(e["token"][9:])
+        if e["token"][9:].isdigit()
+        else 0
+        for e in content
+    ]
+    fast = ingest_mod._checked_values_fast(ids, content)
+    slow = ingest_mod._checked_values_slow(ids, content, "t1")
+    if fast is not None:
+        assert isinstance(slow, np.ndarray) and slow.tolist() == fast.tolist()
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(_entry, st.none()), max_size=6))
+def test_the_fast_reading_of_top_candidates_agrees_with_the_per_entry_reading(content):
+    fast = ingest_mod._top_candidates_fast(content)
+    if fast is ingest_mod._SLOW:
+        return
+    slow = ingest_mod._top_candidates_slow(content)
+    assert (fast is None) == (slow is None)
+    if fast is not None:
+        assert fast.rows() == slow.rows()
+
+
+def test_a_real_vllm_reply_takes_the_fast_reading():
+    body = reply("02_chat_T1.0_token_ids_logprobs.json")
+    content = body["choices"][0]["logprobs"]["content"]
+    ids = body["choices"][0]["token_ids"]
+    assert ingest_mod._checked_values_fast(ids, content) is not None
+    assert ingest_mod._top_candidates_fast(content) is not ingest_mod._SLOW

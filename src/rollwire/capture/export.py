@@ -432,7 +432,11 @@ def _record(
         usage=turn.usage,
         created_at=turn.created_at,
         messages=turn.messages if level is CaptureLevel.TEXT else None,
-        top_logprobs=turn.top_logprobs if level is CaptureLevel.TOKENS else None,
+        top_logprobs=(
+            turn.top_logprobs.rows()
+            if level is CaptureLevel.TOKENS and turn.top_logprobs is not None
+            else None
+        ),
         constrained_positions=np.flatnonzero(turn.certain).tolist()
         if turn.certain is not None
         else [],

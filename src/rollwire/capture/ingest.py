@@ -9,13 +9,14 @@ logprobs that a trainer would read as p=1.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from rollwire.capture.findings import Finding, fatal, info, warn
-from rollwire.capture.rollout import CaptureLevel, Turn, ids_array
+from rollwire.capture.rollout import CaptureLevel, TopCandidates, Turn, ids_array
 
 _TOKEN_ID_PREFIX = "token_id:"
 
@@ -52,23 +53,78 @@ class CheckedLogprobs:
     values: np.ndarray | None
     certain: np.ndarray | None
     findings: list[Finding]
-    # Per position, the engine's top candidates as (id, logprob) pairs, when the reply carried
-    # them with ids (``token_id:N``); None when it carried none, or any could not be read.
-    top: list[list[tuple[int, float]]] | None = None
+    # Per position, the engine's top candidates, when the reply carried them with ids
+    # (``token_id:N``); None when it carried none, or any could not be read.
+    top: TopCandidates | None = None
 
 
 def _masked(code: str, message: str, node_id: str) -> CheckedLogprobs:
     return CheckedLogprobs(None, None, [warn(code, message, node_id)])
 
 
-def top_candidates(content: list[Any]) -> list[list[tuple[int, float]]] | None:
-    """The ``top_logprobs`` of each entry as (id, logprob) pairs; None when no entry has any
-    or any candidate does not name its token by id (for inspection only: never trained on)."""
-    out: list[list[tuple[int, float]]] = []
-    seen = False
+def top_candidates(content: list[Any]) -> TopCandidates | None:
+    """The ``top_logprobs`` of each entry, by id; None when no entry has any or any candidate
+    does not name its token by id (for inspection only: never trained on)."""
+    fast = _top_candidates_fast(content)
+    return fast if fast is not _SLOW else _top_candidates_slow(content)
+
+
+_SLOW: Any = object()  # "the fast path cannot decide": the per-entry reading decides
+# ``token_id:N`` lines, N short enough for int64 (a longer one takes the per-entry reading).
+_TOKEN_ID_LINES = re.compile(r"token_id:[0-9]{1,18}(?:\ntoken_id:[0-9]{1,18})*")
+
+
+def _ids_named(tokens: list[Any]) -> np.ndarray | None:
+    """The N of every ``token_id:N`` in ``tokens`` in C-level passes; None unless every one is
+    a string of exactly that form."""
+    if not tokens:
+        return np.empty(0, dtype=np.int64)
+    try:
+        joined = "\n".join(tokens)
+    except TypeError:  # a non-string
+        return None
+    if not _TOKEN_ID_LINES.fullmatch(joined):
+        return None
+    ids = np.fromstring(joined.replace(_TOKEN_ID_PREFIX, ""), dtype=np.int64, sep="\n")
+    return ids if len(ids) == len(tokens) else None
+
+
+def _float_array(values: list[Any]) -> np.ndarray | None:
+    """``values`` as float64 when every one is a finite float; else None."""
+    if values and set(map(type, values)) != {float}:
+        return None
+    arr = np.array(values, dtype=np.float64)
+    return arr if np.isfinite(arr).all() else None
+
+
+def _top_candidates_fast(content: list[Any]) -> Any:
+    """Every candidate of the common shape (dicts named ``token_id:N`` with finite float
+    logprobs) read in a few C-level passes; ``_SLOW`` for anything else."""
+    try:
+        rows = [entry.get("top_logprobs") or () for entry in content]
+        counts = list(map(len, rows))
+        cands = [cand for row in rows for cand in row]
+        tokens = [cand["token"] for cand in cands]
+        lps = [cand["logprob"] for cand in cands]
+    except (AttributeError, TypeError, KeyError):
+        return _SLOW
+    if not cands:
+        return None
+    ids, values = _ids_named(tokens), _float_array(lps)
+    if ids is None or values is None:
+        return _SLOW
+    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return TopCandidates(offsets, ids, values)
+
+
+def _top_candidates_slow(content: list[Any]) -> TopCandidates | None:
+    ids: list[int] = []
+    lps: list[float] = []
+    counts: list[int] = []
     for entry in content:
         tops = entry.get("top_logprobs") if isinstance(entry, dict) else None
-        row: list[tuple[int, float]] = []
+        n = 0
         for cand in tops or ():
             token = cand.get("token") if isinstance(cand, dict) else None
             lp = cand.get("logprob") if isinstance(cand, dict) else None
@@ -77,12 +133,17 @@ def top_candidates(content: list[Any]) -> list[list[tuple[int, float]]] | None:
             if isinstance(lp, bool) or not isinstance(lp, int | float) or not math.isfinite(lp):
                 return None
             try:
-                row.append((int(token[len(_TOKEN_ID_PREFIX) :]), float(lp)))
+                ids.append(int(token[len(_TOKEN_ID_PREFIX) :]))
             except ValueError:
                 return None
-        seen = seen or bool(row)
-        out.append(row)
-    return out if seen else None
+            lps.append(float(lp))
+            n += 1
+        counts.append(n)
+    if not ids:
+        return None
+    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return TopCandidates(offsets, np.array(ids, dtype=np.int64), np.array(lps, dtype=np.float64))
 
 
 def check_logprobs(sampled_ids: list[int], content: Any, node_id: str) -> CheckedLogprobs:
@@ -98,6 +159,47 @@ def check_logprobs(sampled_ids: list[int], content: Any, node_id: str) -> Checke
             "turn masked (ids kept as context)"
         )
         return _masked("logprob_length_mismatch", msg, node_id)
+    values = _checked_values_fast(sampled_ids, content)
+    if values is None:
+        values = _checked_values_slow(sampled_ids, content, node_id)
+        if isinstance(values, CheckedLogprobs):
+            return values
+    values.flags.writeable = False
+    # Exactly 0.0 is a forced step (vLLM shows grammar-masked alternatives at -9999.0): no
+    # policy information, and a trainer re-scoring without the grammar would disagree.
+    certain = values == 0.0
+    certain.flags.writeable = False
+    findings: list[Finding] = []
+    if certain.any():
+        msg = (
+            f"{int(certain.sum())} of {len(sampled_ids)} tokens have logprob 0.0 (forced by "
+            "constrained decoding): masked, they carry no policy information"
+        )
+        findings.append(info("constrained_positions", msg, node_id))
+    return CheckedLogprobs(values, certain, findings, top_candidates(content))
+
+
+def _checked_values_fast(sampled_ids: Any, content: list[Any]) -> np.ndarray | None:
+    """The logprobs when every entry has the common shape and passes (``token_id:N`` naming
+    exactly the sampled id, a finite float <= 0), in C-level passes; None when any entry
+    needs the per-entry reading (which then names what is wrong)."""
+    try:
+        tokens = [entry["token"] for entry in content]
+        lps = [entry["logprob"] for entry in content]
+    except (TypeError, KeyError):
+        return None
+    named = _ids_named(tokens)
+    if named is None or not np.array_equal(named, sampled_ids):
+        return None
+    values = _float_array(lps)
+    if values is None or not (values <= 0).all():
+        return None
+    return values
+
+
+def _checked_values_slow(
+    sampled_ids: list[int], content: list[Any], node_id: str
+) -> np.ndarray | CheckedLogprobs:
     values = np.empty(len(content), dtype=np.float64)
     for i, (entry, tid) in enumerate(zip(content, sampled_ids, strict=True)):
         if not isinstance(entry, dict):
@@ -131,19 +233,7 @@ def check_logprobs(sampled_ids: list[int], content: Any, node_id: str) -> Checke
             msg = f"position {i}: logprob {lp!r} is not a finite number <= 0; turn masked"
             return _masked("logprob_invalid", msg, node_id)
         values[i] = lp
-    values.flags.writeable = False
-    # Exactly 0.0 is a forced step (vLLM shows grammar-masked alternatives at -9999.0): no
-    # policy information, and a trainer re-scoring without the grammar would disagree.
-    certain = values == 0.0
-    certain.flags.writeable = False
-    findings: list[Finding] = []
-    if certain.any():
-        msg = (
-            f"{int(certain.sum())} of {len(sampled_ids)} tokens have logprob 0.0 (forced by "
-            "constrained decoding): masked, they carry no policy information"
-        )
-        findings.append(info("constrained_positions", msg, node_id))
-    return CheckedLogprobs(values, certain, findings, top_candidates(content))
+    return values
 
 
 def reply_message(choice: dict[str, Any]) -> dict[str, Any]:
@@ -186,7 +276,7 @@ def ingest_chat_reply(
     sampled_ids = engine_ids(choice.get("token_ids")) if tokens else None
     logprobs: np.ndarray | None = None
     certain: np.ndarray | None = None
-    top: list[list[tuple[int, float]]] | None = None
+    top: TopCandidates | None = None
     if tokens:
         if prompt_ids is None or sampled_ids is None:
             missing = [

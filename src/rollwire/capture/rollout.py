@@ -8,6 +8,7 @@ aside, tool-call arguments compared as canonical JSON.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import threading
 import time
@@ -41,6 +42,32 @@ def rollout_type_for(level: CaptureLevel) -> RolloutType:
     return RolloutType.TRAIN if level is CaptureLevel.TOKENS else RolloutType.EVAL
 
 
+@dataclass(frozen=True, eq=False)
+class TopCandidates:
+    """The engine's top candidates of each sampled position, held flat: position ``i``'s
+    are ``ids[offsets[i]:offsets[i + 1]]`` with their ``logprobs`` (three arrays per turn, not
+    a tuple per candidate). Iterating gives each position's (id, logprob) pairs."""
+
+    offsets: np.ndarray  # int64, one more than the positions
+    ids: np.ndarray  # int64
+    logprobs: np.ndarray  # float64
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int) -> list[tuple[int, float]]:
+        lo, hi = int(self.offsets[i]), int(self.offsets[i + 1])
+        return list(zip(self.ids[lo:hi].tolist(), self.logprobs[lo:hi].tolist(), strict=True))
+
+    def __iter__(self) -> Iterator[list[tuple[int, float]]]:
+        return iter(self.rows())
+
+    def rows(self) -> list[list[tuple[int, float]]]:
+        """Every position's pairs, as the rollout document writes them."""
+        pairs = iter(zip(self.ids.tolist(), self.logprobs.tolist(), strict=True))
+        return [list(itertools.islice(pairs, n)) for n in np.diff(self.offsets).tolist()]
+
+
 @dataclass(eq=False)
 class Turn:
     """One model call as captured: engine ids, their logprobs, and what was asked and applied."""
@@ -54,7 +81,7 @@ class Turn:
     certain: np.ndarray | None = None
     # The engine's top candidates per sampled position (id, logprob), when the agent asked for
     # them: for inspection (the UI), never a training target.
-    top_logprobs: list[list[tuple[int, float]]] | None = None
+    top_logprobs: TopCandidates | None = None
     finish_reason: str | None = None
     dialect: str = "chat"
     model: str | None = None
