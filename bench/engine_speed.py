@@ -1,11 +1,20 @@
 """Reference-engine speed: generated tokens/s for a 100-token completion, over HTTP and in-process.
 
-Baseline in the same run: the backend's bare decode loop (advance one token, read the logits,
-argmax) with none of rollwire's work (full-vocabulary log_softmax, seeded sampling, top logprobs,
-response shaping). Target: >= 40 generated tokens/s over HTTP on this 2-core machine (llama.cpp).
-``--model DIR`` measures a Hugging Face folder on torch instead (``rollwire engine --model``).
+Baseline in the same run, on the same model object (so the same llama.cpp context and thread
+count): the backend's bare completion, i.e. the prompt evaluated in one batch, then per token the
+logits read, argmax, one token evaluated; none of rollwire's work (full-vocabulary log_softmax,
+seeded sampling, top logprobs, chat template, response shaping, HTTP). The engine's rows include
+the prompt's evaluation too, so the ratio compares like with like. The same bare call also times
+its decode loop alone (``bare decode only``), for reference: the engine cannot beat that row,
+because a completion evaluates its prompt first.
 
-    uv run python bench/engine_speed.py [--tokens 100] [--repeats 5] [--model PATH]
+The paths run interleaved, their order rotating every repeat, after one untimed warm-up round;
+ratios are the median of per-repeat ratios (each engine run against the bare run next to it) and
+the ratio of the medians. Each timed run records the CPU that *other* processes used meanwhile
+(``/proc/stat`` minus this process), since on a shared machine that, not rollwire, sets the spread.
+Target: >= 0.9 of bare over HTTP. ``--model DIR`` measures a Hugging Face folder on torch instead.
+
+    uv run python bench/engine_speed.py [--tokens 100] [--repeats 7] [--threads N] [--model PATH]
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -28,41 +38,66 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, f
 from tests.fakes.serve import serve_in_thread
 
 PROMPT = [{"role": "user", "content": "Tell me a long story about the sea."}]
+BARE = "bare completion (prefill + decode)"
+DECODE = "bare decode only (no prefill)"
+IN_PROCESS = "engine, in-process"
+HTTP = "engine over HTTP"
+TICK = os.sysconf("SC_CLK_TCK")
 
 
-def bare_decode(model: EngineModel, prompt: list[int], n: int) -> float:
-    """Tokens/s of the backend's decode loop alone (the floor rollwire's engine builds on)."""
+def _busy_ticks() -> tuple[int, int]:
+    """(CPU ticks every process spent busy, ticks this process spent), from /proc."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+        values = [int(v) for v in fields]
+        busy = sum(values) - values[3] - values[4]  # all but idle and iowait
+        own = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        return busy, int(own[11]) + int(own[12])  # utime + stime, all threads
+    except (OSError, IndexError, ValueError):
+        return 0, 0
+
+
+def timed(fn: Callable[[], float | None]) -> tuple[float, float | None, float]:
+    """(seconds, fn's own result, cores other processes used meanwhile)."""
+    busy0, own0 = _busy_ticks()
+    start = time.perf_counter()
+    extra = fn()
+    elapsed = time.perf_counter() - start
+    busy1, own1 = _busy_ticks()
+    foreign = max(0, (busy1 - busy0) - (own1 - own0)) / TICK / elapsed
+    return elapsed, extra, foreign
+
+
+def bare_completion(model: EngineModel, prompt: list[int], n: int) -> float:
+    """The backend alone: prefill, then ``n`` greedy tokens (the last one is not evaluated, as
+    the engine does not evaluate it either). Returns the seconds spent after the prefill."""
     model._start(prompt)
     start = time.perf_counter()
-    for _ in range(n):
-        model._advance(int(np.argmax(model._logits())))
-    return n / (time.perf_counter() - start)
+    for i in range(n):
+        token = int(np.argmax(model._logits()))
+        if i + 1 < n:
+            model._advance(token)
+    return time.perf_counter() - start
 
 
-def engine_generate(model: EngineModel, prompt: list[int], n: int, top: int) -> float:
-    start = time.perf_counter()
+def engine_generate(model: EngineModel, prompt: list[int], n: int, top: int) -> None:
     gen = model.generate(
         prompt, max_tokens=n, temperature=1.0, seed=1, top_logprobs=top, ignore_eos=True
     )
     assert len(gen.steps) == n
-    return n / (time.perf_counter() - start)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tokens", type=int, default=100)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--threads", type=int, help="backend threads (default: all CPUs)")
     parser.add_argument("--model", help="a .gguf or a Hugging Face folder (default: embedded)")
     args = parser.parse_args()
-    model = load_model(args.model, n_ctx=4096)
+    model = load_model(args.model, n_ctx=4096, n_threads=args.threads)
+    threads = getattr(getattr(model, "_llm", None), "n_threads", None) or args.threads
     prompt = model.tokenize(model.render(PROMPT))
     n = args.tokens
-    bare = f"bare {model.backend} decode"
-    rows: dict[str, list[float]] = {
-        bare: [],
-        "engine, in-process": [],
-        "engine over HTTP": [],
-    }
     body = {
         "messages": PROMPT,
         "max_tokens": n,
@@ -72,32 +107,95 @@ def main() -> None:
         "top_logprobs": 1,
         "return_token_ids": True,
     }
+    rows: dict[str, list[float]] = {BARE: [], DECODE: [], IN_PROCESS: [], HTTP: []}
+    foreign: dict[str, list[float]] = {name: [] for name in rows}
+    prefill_ms: list[float] = []
+    load_start = os.getloadavg()
     with (
         serve_in_thread(create_engine_app(model, served_name="bench")) as url,
-        httpx.Client(timeout=120) as client,
+        httpx.Client(timeout=300) as client,
     ):
-        for _ in range(args.repeats):  # interleaved so machine noise hits every row alike
-            rows[bare].append(bare_decode(model, prompt, n))
-            rows["engine, in-process"].append(engine_generate(model, prompt, n, 1))
-            start = time.perf_counter()
+
+        def http() -> None:
             reply = client.post(f"{url}/v1/chat/completions", json=body).json()
-            elapsed = time.perf_counter() - start
             assert len(reply["choices"][0]["token_ids"]) == n
-            rows["engine over HTTP"].append(n / elapsed)
-    floor = statistics.median(rows[bare])
+
+        runs: dict[str, Callable[[], float | None]] = {
+            BARE: lambda: bare_completion(model, prompt, n),
+            IN_PROCESS: lambda: engine_generate(model, prompt, n, 1),
+            HTTP: http,
+        }
+        names = list(runs)
+        for fn in runs.values():  # warm-up: first allocations, connection, graph reservation
+            fn()
+        for r in range(args.repeats):
+            for name in names[r % 3 :] + names[: r % 3]:  # rotated: no path always goes first
+                elapsed, decode_s, busy = timed(runs[name])
+                rows[name].append(n / elapsed)
+                foreign[name].append(busy)
+                if name == BARE:
+                    assert decode_s is not None
+                    rows[DECODE].append(n / decode_s)
+                    foreign[DECODE].append(busy)
+                    prefill_ms.append((elapsed - decode_s) * 1e3)
+    load_end = os.getloadavg()
+    floor = statistics.median(rows[BARE])
+    decode_floor = statistics.median(rows[DECODE])
     print(
-        f"\n{model.backend} ({model.path.name}): {n}-token completion, {args.repeats} repeats, "
-        f"load average {os.getloadavg()[0]:.2f}\n"
+        f"\n{model.backend} ({model.path.name}), {threads} threads: {n}-token completion after a "
+        f"{len(prompt)}-token prompt, {args.repeats} repeats (interleaved, rotated), load average "
+        f"{load_start[0]:.2f} at start, {load_end[0]:.2f} at end\n"
     )
-    print("| path | median tok/s | min | max | vs bare decode |")
-    print("|---|---:|---:|---:|---:|")
+    print(
+        "| path | median tok/s | min | max | vs bare completion: median of paired ratios "
+        "| ratio of medians | vs bare decode only | other processes' CPU (cores, median) |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    ratios: dict[str, dict[str, float]] = {}
     for name, values in rows.items():
         med = statistics.median(values)
-        print(f"| {name} | {med:.1f} | {min(values):.1f} | {max(values):.1f} | {med / floor:.2f} |")
+        paired = statistics.median(v / b for v, b in zip(values, rows[BARE], strict=True))
+        ratios[name] = {
+            "paired_vs_bare_completion": paired,
+            "medians_vs_bare_completion": med / floor,
+            "medians_vs_bare_decode_only": med / decode_floor,
+        }
+        print(
+            f"| {name} | {med:.1f} | {min(values):.1f} | {max(values):.1f} | {paired:.3f} "
+            f"| {med / floor:.3f} | {med / decode_floor:.3f} "
+            f"| {statistics.median(foreign[name]):.2f} |"
+        )
+    engine_s = [n / v for v in rows[IN_PROCESS]]
+    bare_s = [n / v for v in rows[BARE]]
+    per_token_us = statistics.median(
+        (e - b) / n * 1e6 for e, b in zip(engine_s, bare_s, strict=True)
+    )
+    http_ms = statistics.median(
+        (n / h - n / e) * 1e3 for h, e in zip(rows[HTTP], rows[IN_PROCESS], strict=True)
+    )
+    print(
+        f"\nprefill (bare, {len(prompt)} tokens): median {statistics.median(prefill_ms):.0f} ms; "
+        f"engine in-process minus bare: {per_token_us:.0f} us per token (median of pairs); "
+        f"HTTP minus in-process: {http_ms:.1f} ms per request"
+    )
     filename = "engine_speed.json" if model.backend == "llama.cpp" else "engine_speed_hf.json"
     out = Path(__file__).parent / "results" / filename
     out.parent.mkdir(exist_ok=True)
-    record = {"backend": model.backend, "tokens": n, "repeats": args.repeats, "tok_per_s": rows}
+    record = {
+        "backend": model.backend,
+        "threads": threads,
+        "tokens": n,
+        "prompt_tokens": len(prompt),
+        "repeats": args.repeats,
+        "load_average_start": load_start,
+        "load_average_end": load_end,
+        "tok_per_s": rows,
+        "foreign_load_cores": foreign,
+        "prefill_ms": prefill_ms,
+        "ratios": ratios,
+        "engine_minus_bare_us_per_token": per_token_us,
+        "http_minus_in_process_ms": http_ms,
+    }
     out.write_text(json.dumps(record, indent=2))
 
 

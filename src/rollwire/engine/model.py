@@ -20,6 +20,7 @@ torch alike).
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import json
 import os
@@ -62,10 +63,75 @@ def default_model_path() -> Path:
 
 
 def log_softmax(logits: np.ndarray, temperature: float) -> np.ndarray:
-    """``log_softmax(logits / T)`` in float64; T <= 0 means greedy and uses T = 1 for the values."""
+    """``log_softmax(logits / T)`` in float64; T <= 0 means greedy and uses T = 1 for the values.
+
+    The reference formula: :class:`StepWork` computes the same values bit for bit into
+    preallocated buffers (the engine's per-token path)."""
     z = logits.astype(np.float64) / (temperature if temperature > 0 else 1.0)
     z -= z.max()
     return z - np.log(np.exp(z).sum())
+
+
+SAMPLE_CHUNK = 1024  # tokens per block of the two-level inverse CDF (see StepWork.sample)
+
+
+class StepWork:
+    """One step's sampling arithmetic over the full vocabulary, into buffers allocated once.
+
+    :meth:`log_softmax` writes exactly :func:`log_softmax`'s float64 values (the same operations
+    in the same order, in place: the float32 -> float64 cast, ``/ T``, ``- max``, ``exp``, the
+    same pairwise ``sum``, ``- log(sum)``) and keeps ``exp(z)``, the unnormalised probabilities,
+    for :meth:`sample`. Nothing the size of the vocabulary is allocated per token.
+
+    :meth:`sample` draws from that same distribution by inverse CDF with one ``rng.random()`` per
+    token, as the plain ``searchsorted(cumsum(exp(lp)), u * total)`` does, but in two levels: block
+    sums, then a cumulative sum inside the one block hit. That skips a second full-vocabulary
+    ``exp`` and the 49,152-long sequential ``cumsum``; the token can differ from the plain form's
+    only when ``u`` falls within rounding error (~1e-16) of a boundary between two tokens.
+    """
+
+    def __init__(self, n_vocab: int) -> None:
+        self.n_vocab = n_vocab
+        self.lp = np.empty(n_vocab, np.float64)  # log_softmax(logits / T)
+        self.e = np.empty(n_vocab, np.float64)  # exp(logits / T - max): unnormalised probabilities
+        self._starts = np.arange(0, n_vocab, SAMPLE_CHUNK)
+        self._block = np.empty(len(self._starts), np.float64)
+
+    def log_softmax(self, logits: np.ndarray, temperature: float) -> np.ndarray:
+        """:func:`log_softmax` of ``logits`` (float32, full vocabulary), the same values bit for
+        bit, in a buffer that the next call overwrites."""
+        z, e = self.lp, self.e
+        # the float32 -> float64 cast and the division in one pass, as astype() then "/ T" do
+        np.divide(logits, temperature if temperature > 0 else 1.0, out=z, dtype=np.float64)
+        np.subtract(z, z.max(), out=z)
+        np.exp(z, out=e)
+        np.subtract(z, np.log(e.sum()), out=z)
+        return z
+
+    def sample(self, rng: np.random.Generator) -> int:
+        """A token drawn from the distribution of the last :meth:`log_softmax` call."""
+        e = self.e
+        block = np.add.reduceat(e, self._starts, out=self._block)
+        np.cumsum(block, out=block)
+        target = rng.random() * block[-1]
+        b = min(int(np.searchsorted(block, target)), len(block) - 1)
+        lo = b * SAMPLE_CHUNK
+        chunk = e[lo : lo + SAMPLE_CHUNK]
+        cdf = np.cumsum(chunk)
+        cdf += block[b - 1] if b else 0.0
+        i = int(np.searchsorted(cdf, target))
+        if i >= len(chunk):  # rounding put the target past this block's own running sum
+            i = int(np.flatnonzero(chunk)[-1])
+        return lo + i
+
+    def top(self, lp: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """The ``k`` most likely ids with their logprobs, most likely first."""
+        if k == 1:
+            i = int(np.argmax(lp))
+            return [(i, float(lp[i]))]
+        idx = np.argpartition(lp, -k)[-k:]
+        idx = idx[np.argsort(-lp[idx])]
+        return [(int(i), float(lp[i])) for i in idx]
 
 
 @dataclass
@@ -137,7 +203,8 @@ class EngineModel(ABC):
 
     @abstractmethod
     def _logits(self) -> np.ndarray:
-        """Float32 logits of the last evaluated position, over the full vocabulary."""
+        """Float32 logits of the last evaluated position, over the full vocabulary. Read-only to
+        callers; it may be a view that the next ``_start`` or ``_advance`` overwrites."""
 
     @abstractmethod
     def _advance(self, token: int) -> None:
@@ -197,6 +264,7 @@ class EngineModel(ABC):
         free = ""
         decoder = json.JSONDecoder()
         with self._lock:
+            work = self._step_work()
             self._start(prompt_ids)
             for token in forced_prefix or []:
                 if len(steps) >= max_tokens:
@@ -205,19 +273,11 @@ class EngineModel(ABC):
                 self._advance(token)
             while len(steps) < max_tokens:
                 logits = self._logits()
-                lp = log_softmax(logits, temperature)
-                if temperature > 0:
-                    cdf = np.cumsum(np.exp(lp))
-                    token = int(min(np.searchsorted(cdf, rng.random() * cdf[-1]), self.n_vocab - 1))
-                else:
-                    token = int(np.argmax(lp))
+                lp = work.log_softmax(logits, temperature)
+                token = work.sample(rng) if temperature > 0 else int(np.argmax(lp))
                 if report_t != temperature:
-                    lp = log_softmax(logits, report_t)
-                top: list[tuple[int, float]] = []
-                if top_logprobs:
-                    idx = np.argpartition(lp, -top_logprobs)[-top_logprobs:]
-                    idx = idx[np.argsort(-lp[idx])]
-                    top = [(int(i), float(lp[i])) for i in idx]
+                    lp = work.log_softmax(logits, report_t)
+                top = work.top(lp, top_logprobs) if top_logprobs else []
                 steps.append(Step(token, float(lp[token]), top))
                 if token in self.eos_ids and not ignore_eos:
                     return Generation(steps, "stop", None)
@@ -244,6 +304,13 @@ class EngineModel(ABC):
                         return Generation(steps, "stop", None)
         return Generation(steps, "length", None)
 
+    def _step_work(self) -> StepWork:
+        """The buffers of the per-token arithmetic (under the lock: one request at a time)."""
+        work = getattr(self, "_work", None)
+        if work is None or work.n_vocab != self.n_vocab:
+            work = self._work = StepWork(self.n_vocab)
+        return work
+
     def _forced(self, token: int, top_logprobs: int) -> Step:
         top: list[tuple[int, float]] = []
         if top_logprobs:
@@ -267,11 +334,12 @@ class EngineModel(ABC):
             )
         out: list[tuple[float, int]] = []
         with self._lock:
+            work = self._step_work()
             self._start(ids[:start])
             for i in range(start, len(ids)):
-                lp = log_softmax(self._logits(), temperature)
+                lp = work.log_softmax(self._logits(), temperature)
                 value = lp[ids[i]]
-                out.append((float(value), int((lp > value).sum()) + 1))
+                out.append((float(value), int(np.count_nonzero(lp > value)) + 1))
                 if i + 1 < len(ids):
                     self._advance(ids[i])
         return out
@@ -319,6 +387,8 @@ class ReferenceModel(EngineModel):
             if len(ids) == 1:
                 self.eos_ids.add(ids[0])
         self._lock = threading.Lock()
+        self._logits_view: np.ndarray | None = None
+        self._logits_address: int | None = None
 
     # ---- text <-> ids -------------------------------------------------------------------------
 
@@ -347,8 +417,6 @@ class ReferenceModel(EngineModel):
         """Every token's bytes with and without special tokens. llama-cpp-python's own
         ``detokenize`` reads each piece into 32 bytes and returns nothing for a longer one (47
         SmolLM2 tokens, e.g. "\\n" and 32 spaces): read them here with room to spare."""
-        import ctypes
-
         import llama_cpp
 
         vocab = self._llm._model.vocab
@@ -381,8 +449,16 @@ class ReferenceModel(EngineModel):
     # ---- compute ------------------------------------------------------------------------------
 
     def _logits(self) -> np.ndarray:
+        """A read-only view of llama.cpp's own logits row (no copy; valid until the next
+        ``_start`` or ``_advance``). The array is made once per buffer address, not per token."""
         ptr = self._llm._ctx.get_logits_ith(-1)  # the last evaluated position
-        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
+        address = ctypes.cast(ptr, ctypes.c_void_p).value
+        view = self._logits_view
+        if view is None or address != self._logits_address:
+            view = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+            view.flags.writeable = False
+            self._logits_view, self._logits_address = view, address
+        return view
 
     def _start(self, prompt_ids: list[int]) -> None:
         self._llm.reset()  # an empty cache every time: see the module docstring
