@@ -405,3 +405,37 @@ def test_harbor_rollout_with_terminus_2_against_the_engine_returns_reward_sequen
     assert result["n_trainable_tokens"] > 0
     (doc,) = [json.loads(p.read_text()) for p in tmp_path.glob("*.json")]
     assert doc["stats"]["trainable_sequences"] >= 1
+
+
+def test_the_cli_hides_third_party_syntax_warnings_but_not_its_own(tmp_path):
+    """A package compiled on first import (uv writes no .pyc) warns about its own escapes."""
+    third_party = tmp_path / "site-packages"
+    own = tmp_path / "src"
+    for folder, name in ((third_party, "noisy_dep"), (own, "noisy_own")):
+        folder.mkdir()
+        (folder / f"{name}.py").write_text('PATTERN = "\\d+"\n')
+    script = (
+        "import sys\n"
+        "sys.dont_write_bytecode = True\n"
+        f"sys.path[:0] = [{str(third_party)!r}, {str(own)!r}]\n"
+        "from rollwire.server import cli\n"
+        "if sys.argv[1] == 'cli':\n"
+        "    try:\n"
+        "        cli.main(['--help'])\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "import noisy_dep, noisy_own\n"
+    )
+
+    def warnings_of(mode: str) -> str:
+        run = subprocess.run(
+            [sys.executable, "-c", script, mode], capture_output=True, text=True, timeout=60
+        )
+        assert run.returncode == 0, run.stderr
+        return run.stderr
+
+    without = warnings_of("plain")
+    assert "noisy_dep.py" in without and "SyntaxWarning" in without  # the control
+    with_cli = warnings_of("cli")
+    assert "noisy_dep.py" not in with_cli
+    assert "noisy_own.py" in with_cli and "SyntaxWarning" in with_cli

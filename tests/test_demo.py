@@ -34,6 +34,8 @@ def test_demo_runs_a_real_rollout_through_mcp_and_reports_where_the_document_is(
     assert " trainable tokens" in line
     assert f"rollout document -> {out}" in proc.stdout
     assert "parity PASS" in proc.stdout
+    after = proc.stdout.split("\nnext:\n", 1)[1]  # it ends saying where to look next
+    assert str(out) in after and "rollwire demo --http" in after
     document = json.loads(out.read_text())
     assert document["version"] == "rollwire.rollout/1"
     assert document["stats"]["trainable_tokens"] > 0

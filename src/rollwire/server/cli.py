@@ -11,6 +11,7 @@ import logging
 import secrets
 import socket
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -976,6 +977,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "mcp.server.streamable_http_manager",
     ):
         logging.getLogger(noisy).setLevel(logging.WARNING)  # one line per request drowns the report
+    # Third-party packages compiled on first import (uv writes no .pyc) warn about their own
+    # escape sequences: not the user's concern, and it splits rollwire's lines.
+    warnings.filterwarnings("ignore", category=SyntaxWarning, module=r".*[/\\]site-packages[/\\]")
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)

@@ -171,4 +171,19 @@ async def _drive(
         await upstream.aclose()
     print(render_report(report), flush=True)
     trainable = rollout["ok"] and counts["trainable_tokens"] > 0
+    print(_next_steps(out, http=ui_root is not None), flush=True)
     return 0 if trainable and report.verdict == "PASS" else 1
+
+
+def _next_steps(out: Path, *, http: bool) -> str:
+    """Where a newcomer looks next, after the demo's own lines."""
+    lines = [
+        "",
+        "next:",
+        f"  {out}: the rollout document a trainer reads (README: 'The rollout document')",
+        "  rollwire serve --stdio: the same tools for Claude Desktop (README: 'MCP server')",
+        "  rollwire collect: many rollouts as a dataset (README: 'Collections')",
+    ]
+    if not http:
+        lines.insert(3, "  rollwire demo --http: the same run, then its page in the web UI")
+    return "\n".join(lines)
