@@ -113,9 +113,7 @@ def _top_candidates_fast(content: list[Any]) -> Any:
     ids, values = _ids_named(tokens), _float_array(lps)
     if ids is None or values is None:
         return _SLOW
-    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    return TopCandidates(offsets, ids, values)
+    return TopCandidates.from_counts(counts, ids, values)
 
 
 def _top_candidates_slow(content: list[Any]) -> TopCandidates | None:
@@ -141,12 +139,12 @@ def _top_candidates_slow(content: list[Any]) -> TopCandidates | None:
         counts.append(n)
     if not ids:
         return None
-    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    return TopCandidates(offsets, np.array(ids, dtype=np.int64), np.array(lps, dtype=np.float64))
+    return TopCandidates.from_counts(counts, ids, lps)
 
 
-def check_logprobs(sampled_ids: list[int], content: Any, node_id: str) -> CheckedLogprobs:
+def check_logprobs(
+    sampled_ids: list[int] | np.ndarray, content: Any, node_id: str
+) -> CheckedLogprobs:
     """Per-position checks of ``choices[0].logprobs.content`` against the sampled ids."""
     if content is None:
         return _masked("missing_logprobs", "the engine returned no logprobs: turn masked", node_id)
@@ -295,7 +293,7 @@ def ingest_chat_reply(
         else:
             lp_obj = choice.get("logprobs")
             content = lp_obj.get("content") if isinstance(lp_obj, dict) else lp_obj
-            checked = check_logprobs(choice["token_ids"], content, node_id)
+            checked = check_logprobs(sampled_ids, content, node_id)  # the array made above
             logprobs, certain, top = checked.values, checked.certain, checked.top
             findings.extend(checked.findings)
     finish = choice.get("finish_reason")

@@ -52,6 +52,13 @@ class TopCandidates:
     ids: np.ndarray  # int64
     logprobs: np.ndarray  # float64
 
+    @classmethod
+    def from_counts(cls, counts: list[int], ids: Any, logprobs: Any) -> TopCandidates:
+        """Flat candidates, ``counts[i]`` of them for position ``i``."""
+        offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        return cls(offsets, np.asarray(ids, dtype=np.int64), np.asarray(logprobs, dtype=np.float64))
+
     def __len__(self) -> int:
         return len(self.offsets) - 1
 

@@ -120,12 +120,11 @@ class Upstream:
     def _proxy_for(self, url: str) -> str | None:
         """``HTTP(S)_PROXY`` unless ``NO_PROXY`` covers the host (as httpx honoured them), read
         once per host: aiohttp's own ``trust_env`` reads the environment on every request."""
-        host = urlsplit(url).netloc
+        parts = urlsplit(url)
+        host = parts.netloc
         if host not in self._proxies:
-            scheme = urlsplit(url).scheme
-            proxies = urllib.request.getproxies()
-            bypass = urllib.request.proxy_bypass(urlsplit(url).hostname or host)
-            self._proxies[host] = None if bypass else proxies.get(scheme)
+            bypass = urllib.request.proxy_bypass(parts.hostname or host)
+            self._proxies[host] = None if bypass else urllib.request.getproxies().get(parts.scheme)
         return self._proxies[host]
 
     def _aiohttp(self) -> aiohttp.ClientSession:
