@@ -64,10 +64,10 @@ import anyio
 import orjson
 
 from measure import git_state
+from rollwire.collect.collection import CollectConfig, CollectProgress, collect, work_list
 from rollwire.datasets.records import EpisodeRecord, episode_id
 from rollwire.datasets.store import EpisodeStore
-from rollwire.sessions.collect import CollectConfig, CollectProgress, collect, work_list
-from rollwire.sessions.result import RolloutResult
+from rollwire.result import RolloutResult
 from rollwire.tools.endpoint import EndpointPool
 from rollwire.tools.rollouts import Limits, LLMSpec, RolloutRequest, attempt, plan
 

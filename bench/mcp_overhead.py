@@ -14,7 +14,7 @@ sharing one :class:`ServerState` (its pool, certification, proxy and store):
   validation, the tool wrapper (job registry, progress hook), result serialisation and the
   client's result validation, with the SDK's in-process dispatch (no JSON-RPC framing).
 * ``mcp-http``: ``Client(url + "/mcp")`` against ``http_app(build_server(state))`` served by
-  uvicorn on 127.0.0.1 (``rollwire.server.serving``): streamable HTTP (httpx2 client; a JSON
+  uvicorn on 127.0.0.1 (``rollwire.serving``): streamable HTTP (httpx2 client; a JSON
   response), one client session held open. Client and server share this process's core, so
   the number includes both sides' CPU.
 * ``mcp-http+progress``: the same with a ``progress_callback``: the response becomes an SSE
@@ -89,7 +89,7 @@ from measure import (
     start_fake,
 )
 from rollwire.server.mcp_app import ServerState, build_server, http_app
-from rollwire.server.serving import bind, serving, url_of
+from rollwire.serving import bind, serving, url_of
 from rollwire.tools.rollouts import (
     Limits,
     LLMSpec,

@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.fakes.spawn import fake_engine  # noqa: E402
 
-from rollwire.sessions.collect import CollectConfig, CollectProgress, collect  # noqa: E402
+from rollwire.collect.collection import CollectConfig, CollectProgress, collect  # noqa: E402
 from rollwire.tools.endpoint import EndpointPool  # noqa: E402
 from rollwire.tools.rollouts import Limits, LLMSpec  # noqa: E402
 

@@ -54,7 +54,7 @@ from measure import free_port, start_fake
 from rollwire.capture.parity import run_parity
 from rollwire.capture.proxy import CaptureProxy, ProxyConfig
 from rollwire.capture.rollout import CaptureLevel
-from rollwire.server.serving import bind, serving, url_of
+from rollwire.serving import bind, serving, url_of
 
 # label -> (token_in, token_in_path); an engine is measured by the paths it certifies
 MODES: dict[str, tuple[str, str | None]] = {

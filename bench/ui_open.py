@@ -45,8 +45,8 @@ from graph_ingest import linear_rollout, reply_bytes
 from rollwire.capture.export import RolloutDocument, export_rollout
 from rollwire.capture.ingest import ingest_chat_reply
 from rollwire.capture.rollout import CaptureLevel, RolloutGraph, RolloutType
+from rollwire.result import RolloutResult
 from rollwire.server.mcp_app import ServerState, build_server, http_app
-from rollwire.sessions.result import RolloutResult
 from rollwire.tools.rollouts import StoredRollout
 
 ROOT = Path(__file__).resolve().parents[1]

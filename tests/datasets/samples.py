@@ -8,7 +8,7 @@ from rollwire.capture.export import Role, TrainingSequence
 from rollwire.capture.findings import warn
 from rollwire.capture.rollout import CaptureLevel, RolloutType
 from rollwire.datasets.records import EpisodeRecord, group_id, group_index
-from rollwire.sessions.result import RolloutResult
+from rollwire.result import RolloutResult
 
 
 def make_result(

@@ -11,11 +11,11 @@ import anyio
 import datasets
 import pytest
 
+from rollwire.collect.collection import CollectConfig, collect
 from rollwire.datasets.export import ExportError
 from rollwire.datasets.sft import export_sft, sft_messages, split_of
 from rollwire.datasets.store import EpisodeStore
 from rollwire.server import cli
-from rollwire.sessions.collect import CollectConfig, collect
 from rollwire.tools.endpoint import EndpointPool
 from rollwire.tools.rollouts import Limits, LLMSpec, Sampling
 from tests.datasets.samples import make_record

@@ -23,7 +23,7 @@ from rollwire.harnesses.harbor import seams
 from rollwire.harnesses.harbor.datasets import resolve_dataset
 from rollwire.harnesses.harbor.gate import GateError, GateSlot, gate_host, listen_in_netns
 from rollwire.harnesses.harbor.rollout import run_harbor_rollout, serve_proxy
-from rollwire.server.serving import bind, serving, url_of
+from rollwire.serving import bind, serving, url_of
 from tests.fakes.vllm import DEFAULT_MODEL
 from tests.harbor.helpers import EXAMPLES
 from tests.harbor.probe_agent import (

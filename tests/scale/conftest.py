@@ -4,7 +4,7 @@ own raylet process (Ray's own ``ray.cluster_utils.Cluster``, as Ray's tests star
 Ray rewrites a loopback address to the machine's outward address unless
 ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``; the cluster here binds 127.0.0.1 only (tests may only
 reach loopback), so the variable is set before Ray is imported, for this process and for the
-drivers it starts. Ray's ``uv run`` propagation is off, as ``rollwire.sessions.cluster``
+drivers it starts. Ray's ``uv run`` propagation is off, as ``rollwire.collect.cluster``
 turns it off (the nodes run the installed rollwire).
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-os.environ["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] = "0"  # as rollwire.sessions.cluster.connect sets
+os.environ["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] = "0"  # as rollwire.collect.cluster.connect sets
 
 import contextlib
 import signal

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import anyio
 import pytest
 
-from rollwire.sessions.collect import CollectConfig, CollectInputError, CollectProgress, collect
+from rollwire.collect.collection import CollectConfig, CollectInputError, CollectProgress, collect
 from rollwire.tools.endpoint import EndpointPool
 from rollwire.tools.engines import DRAIN_AFTER, Engine, EngineSet, NoEngineLeft
 from rollwire.tools.rollouts import Limits, LLMSpec

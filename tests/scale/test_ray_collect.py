@@ -14,7 +14,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from rollwire.sessions.collect import CollectConfig, CollectProgress, collect
+from rollwire.collect.collection import CollectConfig, CollectProgress, collect
 from rollwire.tools.endpoint import EndpointPool
 from rollwire.tools.rollouts import Limits, LLMSpec
 from tests.fakes.spawn import fake_engine, sigkill_once_written, two_engines

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rollwire.capture.export import Role, TrainingSequence
 from rollwire.capture.findings import Finding
 from rollwire.capture.rollout import CaptureLevel, RolloutType
-from rollwire.sessions.result import RolloutResult
+from rollwire.result import RolloutResult
 
 SCHEMA = "rollwire.episode/1"
 FAILURE_SCHEMA = "rollwire.failure/1"

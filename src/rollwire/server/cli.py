@@ -26,7 +26,7 @@ from rollwire.capture.proxy import BAD_DATA_POLICIES, CaptureProxy, certified_co
 from rollwire.capture.rollout import CaptureLevel
 from rollwire.capture.token_paths import PATH_ORDER, REASONING_PARSERS, TOOL_PARSERS
 from rollwire.capture.upstream import Upstream
-from rollwire.server.serving import BindError, bind, run_server, serving, settle_gc, url_of
+from rollwire.serving import BindError, bind, run_server, serving, settle_gc, url_of
 from rollwire.sessions.base import ANSWER_MODES, DEFAULT_ANSWER_MODE
 
 log = logging.getLogger("rollwire")

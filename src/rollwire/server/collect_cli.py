@@ -23,7 +23,7 @@ def _say(message: str) -> None:
 
 
 def _config(args: argparse.Namespace) -> Any:
-    from rollwire.sessions.collect import CollectConfig, resolve_tasks
+    from rollwire.collect.collection import CollectConfig, resolve_tasks
     from rollwire.tools.rollouts import Limits, Sampling
 
     tasks = resolve_tasks(args.task, dataset=args.dataset, task_glob=args.tasks)
@@ -79,7 +79,7 @@ async def _collect(args: argparse.Namespace, config: Any) -> Any:
         TimeRemainingColumn,
     )
 
-    from rollwire.sessions.collect import CollectProgress, collect
+    from rollwire.collect.collection import CollectProgress, collect
 
     console = Console(stderr=True)
     bar = Progress(
@@ -118,8 +118,8 @@ async def _collect(args: argparse.Namespace, config: Any) -> Any:
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
+    from rollwire.collect.collection import CollectInputError
     from rollwire.datasets.store import CollectionError
-    from rollwire.sessions.collect import CollectInputError
 
     try:
         config = _config(args)

@@ -28,7 +28,7 @@ from rollwire.capture.certify import Certification, render_table
 from rollwire.capture.export import RolloutDocument
 from rollwire.capture.parity import ParityReport, render_report, score_document
 from rollwire.capture.upstream import Upstream
-from rollwire.server.serving import bind, serving, url_of
+from rollwire.serving import bind, serving, url_of
 
 DEMO_TASK = "reasoning_gym:chain_sum"
 

@@ -31,12 +31,7 @@ from starlette.routing import Mount, Route
 from rollwire import bounds
 from rollwire.bounds import Seed, Text
 from rollwire.capture.certify import Certification
-from rollwire.datasets.hub import PushResult
-from rollwire.datasets.store import CollectionError
-from rollwire.roots import OutsideRoots, Roots
-from rollwire.server.surface import CompactMCPServer
-from rollwire.sessions.base import AnswerMode
-from rollwire.sessions.collect import (
+from rollwire.collect.collection import (
     CollectConfig,
     CollectInputError,
     CollectProgress,
@@ -44,6 +39,11 @@ from rollwire.sessions.collect import (
     collect,
     resolve_tasks,
 )
+from rollwire.datasets.hub import PushResult
+from rollwire.datasets.store import CollectionError
+from rollwire.roots import OutsideRoots, Roots
+from rollwire.server.surface import CompactMCPServer
+from rollwire.sessions.base import AnswerMode
 from rollwire.tools.endpoint import EndpointNotUsable, EndpointPool
 from rollwire.tools.info import info_report
 from rollwire.tools.jobs import Job, JobRegistry, RolloutStatus, Runner

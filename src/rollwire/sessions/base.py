@@ -14,6 +14,8 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rollwire.result import EnvVerdict
+
 RESERVED_TOOL_NAMES = frozenset({"reset", "step", "state", "close"})
 
 # How an episode's answer (or move) reaches the environment: ``tool``, only through the tools it
@@ -86,19 +88,6 @@ class ToolResult(BaseModel):
     reward: float | None = None  # the step's reward, as the environment reported it
     error: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
-
-
-class EnvVerdict(BaseModel):
-    """The environment's own judgement of an episode: forwarded, never synthesised.
-
-    ``reward`` is None when the environment never reached a verdict (distinct from 0.0, a wrong
-    answer). ``rewards`` holds every named reward verbatim.
-    """
-
-    reward: float | None
-    rewards: dict[str, float] = Field(default_factory=dict)
-    metrics: dict[str, Any] = Field(default_factory=dict)
-    reason: str | None = None
 
 
 class ResourceSession(abc.ABC):

@@ -22,8 +22,8 @@ from rollwire import bounds
 from rollwire.capture.export import Role, RolloutDocument, RolloutStats
 from rollwire.capture.findings import Finding, fatal
 from rollwire.datasets.records import SequenceRow
+from rollwire.result import RolloutResult
 from rollwire.sessions.base import DEFAULT_ANSWER_MODE, AnswerMode
-from rollwire.sessions.result import RolloutResult
 from rollwire.tools.endpoint import EndpointNotUsable, EndpointPool
 from rollwire.tools.tasks import (
     EnvRef,

@@ -24,8 +24,8 @@ from rollwire.capture.findings import Finding, fatal, warn
 from rollwire.capture.proxy import CaptureProxy
 from rollwire.capture.upstream import Upstream
 from rollwire.harnesses.envs.registry import TaskError, check_answer_mode, resolve
+from rollwire.result import RolloutResult, summarise
 from rollwire.sessions.base import DEFAULT_ANSWER_MODE, AnswerMode, EnvVerdict, ReservedToolName
-from rollwire.sessions.result import RolloutResult, summarise
 from rollwire.sessions.toolloop import LoopLimits, LoopOutcome, run_tool_loop
 
 HARNESS = "rollwire-toolloop"

@@ -33,7 +33,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from rollwire.server.serving import serving
+from rollwire.serving import serving
 
 GATE_HOST = "127.0.0.1"
 _PORT_RANGE = (20000, 60000)

@@ -53,8 +53,8 @@ from rollwire.harnesses.harbor.trial import (
     _outcome,
     _tail,
 )
-from rollwire.server.serving import bind, serving, url_of
-from rollwire.sessions.result import RolloutResult, summarise
+from rollwire.result import RolloutResult, summarise
+from rollwire.serving import bind, serving, url_of
 
 log = logging.getLogger(__name__)
 TIMEOUT = "AgentTimeoutError"  # Harbor's exception type for an agent past its time limit

@@ -34,8 +34,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rollwire.harnesses.harbor.datasets import TaskEntry
 from rollwire.harnesses.harbor.local import TYPE, probed, sandbox_problem
+from rollwire.result import coerce_reward, pick_reward
 from rollwire.sessions.base import EnvVerdict
-from rollwire.sessions.result import coerce_reward, pick_reward
 
 LOCAL_IMPORT_PATH = "rollwire.harnesses.harbor.local:LocalEnvironment"
 AGENTS = ("oracle", "nop")  # agents that need no model; the LLM harnesses come separately

@@ -13,8 +13,8 @@ from pathlib import Path
 import anyio
 import pytest
 
+from rollwire.collect.collection import CollectConfig, CollectInputError, collect, work_list
 from rollwire.datasets.store import CollectionMismatchError, read_manifest
-from rollwire.sessions.collect import CollectConfig, CollectInputError, collect, work_list
 from rollwire.tools.endpoint import EndpointPool
 from rollwire.tools.rollouts import Limits, LLMSpec
 from tests.fakes.serve import serve_in_thread

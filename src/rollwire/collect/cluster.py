@@ -9,7 +9,7 @@ keeps what must have one owner: the plan, the :class:`~rollwire.datasets.store.E
 (the only writer: append, fsync, resume exactly as in-process) and the counts.
 
 The driver hands each episode to the live node with the fewest episodes in flight and awaits its
-result (:class:`~rollwire.sessions.result.RolloutResult`, tokens included). A node lost mid-run
+result (:class:`~rollwire.result.RolloutResult`, tokens included). A node lost mid-run
 (its actor dies or becomes unreachable) is given up on for the rest of the run; the episodes it
 had in flight are run again on another node and counted (``retried``). Nothing is lost, since an
 episode is written only when a result comes back, and nothing is duplicated, since a given-up
@@ -32,7 +32,7 @@ from typing import Any
 
 import anyio
 
-from rollwire.sessions.collect import (
+from rollwire.collect.collection import (
     CollectConfig,
     CollectInputError,
     HaltCollection,
@@ -169,7 +169,7 @@ class _Node:
 
 
 class RayRunner:
-    """Episodes on the cluster's nodes (an :class:`~rollwire.sessions.collect.EpisodeRunner`);
+    """Episodes on the cluster's nodes (an :class:`~rollwire.collect.collection.EpisodeRunner`);
     an async context manager that starts and stops the node workers."""
 
     def __init__(

@@ -14,7 +14,7 @@ statistics are running (O(1) per episode). Cancellation stops the run with every
 episode intact; the store is closed (manifest written) on the way out.
 
 Where an episode runs is an :class:`EpisodeRunner`: :class:`LocalRunner` in this process, or
-``rollwire.sessions.cluster.RayRunner`` on a Ray cluster's nodes. Either way the result comes
+``rollwire.collect.cluster.RayRunner`` on a Ray cluster's nodes. Either way the result comes
 back here and this process alone writes the store. Several engines (``llm`` as a list) are an
 :class:`~rollwire.tools.engines.EngineSet`: each rollout is pinned to one, and a run with no
 engine (or no node) left halts (``CollectResult.halted``) rather than failing every episode.
@@ -45,8 +45,8 @@ from rollwire.datasets.records import (
 )
 from rollwire.datasets.stats import RunningStats
 from rollwire.datasets.store import CollectionError, EpisodeStore
+from rollwire.result import RolloutResult
 from rollwire.sessions.base import AnswerMode
-from rollwire.sessions.result import RolloutResult
 from rollwire.tools.endpoint import EndpointPool
 from rollwire.tools.engines import EnginesDiffer, EngineSet, EngineUse, NoEngineLeft
 from rollwire.tools.rollouts import (
@@ -356,7 +356,7 @@ async def collect(
 ) -> CollectResult:
     """Run (or resume) a collection into ``out_dir``.
 
-    ``ray_address``: run the episodes on that Ray cluster's nodes (rollwire.sessions.cluster);
+    ``ray_address``: run the episodes on that Ray cluster's nodes (rollwire.collect.cluster);
     this process stays the only writer of the store.
 
     Raises :class:`CollectInputError` or :class:`CollectionError` before any rollout runs
@@ -381,7 +381,7 @@ async def collect(
             model = engines.first.endpoint.certification.model
             tier = engines.first.endpoint.certification.capture_level.value
         if ray_address is not None:  # before anything is written: a bad address writes nothing
-            from rollwire.sessions.cluster import connect
+            from rollwire.collect.cluster import connect
 
             await anyio.to_thread.run_sync(connect, ray_address)
         out = Path(out_dir)
@@ -397,7 +397,7 @@ async def collect(
             if ray_address is None:
                 runner = LocalRunner(pool, engines)
                 return await _run(config, plans, store, runner, start, on_progress, model, tier)
-            from rollwire.sessions.cluster import RayRunner
+            from rollwire.collect.cluster import RayRunner
 
             async with RayRunner(ray_address, config, pool, concurrency=config.concurrency) as ray:
                 return await _run(config, plans, store, ray, start, on_progress, model, tier)

@@ -1,4 +1,14 @@
-"""``RolloutResult``: one rollout's outcome at every boundary. A value, never an exception."""
+"""One rollout's outcome: the environment's verdict, and the result every boundary returns.
+
+``EnvVerdict`` is what an environment or a verifier judged (forwarded, never synthesised);
+``RolloutResult`` is what a trainer, an eval script, an agent or the episode store gets back
+from one rollout: a value, never an exception. ``summarise`` builds it from the rollout
+document and the verdict (pure); a reward the verifier never gave is None, never 0.0.
+
+Shared by the layers that run rollouts (``sessions``, ``harnesses``, ``tools``, ``collect``) and
+the one that stores them (``datasets``), so it sits below all of them. May import only
+``capture`` (the rollout document, findings, rollout types) and the base modules.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +20,19 @@ from pydantic import BaseModel, Field
 from rollwire.capture.export import RolloutDocument, TrainingSequence, TurnRecord
 from rollwire.capture.findings import Finding, Level
 from rollwire.capture.rollout import CaptureLevel, RolloutType
-from rollwire.sessions.base import EnvVerdict
+
+
+class EnvVerdict(BaseModel):
+    """The environment's own judgement of an episode: forwarded, never synthesised.
+
+    ``reward`` is None when the environment never reached a verdict (distinct from 0.0, a wrong
+    answer). ``rewards`` holds every named reward verbatim.
+    """
+
+    reward: float | None
+    rewards: dict[str, float] = Field(default_factory=dict)
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    reason: str | None = None
 
 
 class RolloutResult(BaseModel):

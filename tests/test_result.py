@@ -6,8 +6,8 @@ import math
 
 import pytest
 
+from rollwire.result import coerce_reward, pick_reward, summarise
 from rollwire.sessions.base import EnvVerdict
-from rollwire.sessions.result import coerce_reward, pick_reward, summarise
 
 
 @pytest.mark.parametrize(
