@@ -19,6 +19,14 @@ from tests.fakes.serve import serve_in_thread
 
 SERVED = "SmolLM2-135M-Instruct"
 
+# The Docker daemon `.ci/system` starts (through .ci/docker) listens on its own socket: with
+# $DOCKER_HOST unset, the tests and the processes they spawn use it when it is there.
+_CI_DOCKER_SOCKET = (
+    Path(os.environ.get("ROLLWIRE_DOCKER_RUN", "/run/rollwire-docker")) / "docker.sock"
+)
+if "DOCKER_HOST" not in os.environ and _CI_DOCKER_SOCKET.is_socket():
+    os.environ["DOCKER_HOST"] = f"unix://{_CI_DOCKER_SOCKET}"
+
 
 @pytest.fixture
 def anyio_backend() -> str:
