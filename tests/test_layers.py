@@ -7,6 +7,7 @@ so the check can fail; and every package and top-level module under src/rollwire
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -96,3 +97,16 @@ def test_every_package_and_module_is_placed_in_the_layers():
         or (p.is_dir() and (p / "__init__.py").exists())
     }
     assert set(placed) == present, (sorted(present - set(placed)), sorted(set(placed) - present))
+
+
+def test_every_layer_says_what_it_owns_and_may_import():
+    """Each package's ``__init__`` and each top-level module opens with a docstring that names
+    what it may import (docs/architecture.md's table says the same)."""
+    contract = _layers_contract()
+    placed = [name.strip() for layer in contract["layers"] for name in re.split(r"[|:]", layer)]
+    for name in placed:
+        path = PACKAGE / name / "__init__.py"
+        if not path.exists():
+            path = PACKAGE / f"{name}.py"
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        assert re.search(r"import", doc), f"{path}: no docstring saying what it may import"

@@ -7,6 +7,8 @@ config all read these constants, so a bound is the same wherever the argument co
 README's table ("Reliability and security") is this module. Work that is not bounded by a
 number is consumed lazily (a collection's episode list is a generator, a resume's skip scan
 yields to other clients as it goes).
+
+A base module (the bottom layer): imports nothing of rollwire; any layer may import it.
 """
 
 from __future__ import annotations

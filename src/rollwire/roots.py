@@ -7,6 +7,8 @@ command line: ``--data-dir`` (collections; datasets may live there too), ``--dat
 symlinks followed) and must then lie inside a root; anything else is refused with a
 :class:`OutsideRoots` naming the field. The CLI's own commands are the operator's and are not
 confined.
+
+A base module (the bottom layer): imports nothing of rollwire; any layer may import it.
 """
 
 from __future__ import annotations

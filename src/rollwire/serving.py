@@ -1,4 +1,9 @@
-"""Serving an ASGI app with uvicorn on a socket bound here (one way, for every command)."""
+"""Serving an ASGI app with uvicorn on a socket bound here (one way, for every command).
+
+The CLI's servers (proxy, engine, MCP), the demo and a Harbor trial's proxy and gate all serve
+through it. A base module (the bottom layer): imports nothing of rollwire; any layer may import
+it.
+"""
 
 from __future__ import annotations
 

@@ -26,6 +26,10 @@ becomes one ``run_rollout`` on the server, and its training sequence becomes the
 - **Groups.** ``group_size`` consecutive entries (set it to ``num_generations``) share one task
   seed, so a GRPO group compares samples of the same task instance; each sample gets its own
   sampling seed.
+
+Layer: a client beside ``collect`` and ``engine`` (neither imports the other). It imports only
+``tools.tasks``, on use, to list tasks in-process when no server URL is given; a forbidden
+contract keeps torch, trl and transformers out of it.
 """
 
 from __future__ import annotations
