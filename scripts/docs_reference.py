@@ -491,18 +491,23 @@ def document_tables() -> str:
 _LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")
 
 
-def benchmarks_markdown() -> str:
-    """``bench/README.md`` with its relative links written as code paths (``bench/...``)."""
-    source = (ROOT / "bench" / "README.md").read_text(encoding="utf-8")
+def rewrite_links(source: str, folder: str = "bench") -> str:
+    """Relative markdown links of a file in ``folder`` written as code paths (``folder/...``):
+    they point outside ``docs/``; URLs and in-page anchors are kept."""
 
     def rewrite(match: re.Match[str]) -> str:
         _image, label, target = match.groups()
         if re.match(r"[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
             return match.group(0)
-        path = (Path("bench") / target.split("#", 1)[0]).as_posix()
+        path = (Path(folder) / target.split("#", 1)[0]).as_posix()
         return f"{label} ({code(path)})" if label and label.strip("`") != path else code(path)
 
     return _LINK.sub(rewrite, source)
+
+
+def benchmarks_markdown() -> str:
+    """``bench/README.md`` with its relative links written as code paths (``bench/...``)."""
+    return rewrite_links((ROOT / "bench" / "README.md").read_text(encoding="utf-8"))
 
 
 # --- the hook ----------------------------------------------------------------------------------
