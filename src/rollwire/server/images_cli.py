@@ -7,6 +7,8 @@ import json
 import sys
 from typing import Any
 
+from rollwire.server import options
+
 
 def _say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
@@ -22,6 +24,7 @@ def _client(args: argparse.Namespace) -> Any:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
+    """make base images here (debian:bookworm-slim, ...)"""
     from rollwire.harnesses.harbor.images import BASES, ImageError, build_base
 
     unknown = [ref for ref in args.refs if ref not in BASES]
@@ -51,6 +54,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
+    """the daemon's images, and which ones build here"""
     from rollwire.harnesses.harbor.images import BASES
 
     client = _client(args)
@@ -68,25 +72,14 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: Any) -> None:
-    images = sub.add_parser(
-        "images",
-        help="Docker base images for the docker sandbox: build Debian's here, list the daemon's",
-        description=(
-            "The docker sandbox builds each task's Dockerfile but pulls nothing: every FROM "
-            "image must be in the daemon. `build` makes Debian images from the Debian mirror "
-            "apt uses (debootstrap + import; needs root and debootstrap); any other image "
-            "comes from `docker load -i image.tar` or a registry the daemon reaches."
-        ),
-    )
-    images.add_argument(
-        "--docker-host", help="the daemon (default $DOCKER_HOST, else the default socket)"
-    )
-    verbs = images.add_subparsers(dest="images_command", required=True)
-    b = verbs.add_parser("build", help="make base images here (debian:bookworm-slim, ...)")
-    b.add_argument("refs", nargs="+", metavar="REF", help="e.g. debian:bookworm-slim")
-    b.add_argument("--mirror", help="the Debian mirror (default: the one apt uses here)")
-    b.add_argument("--force", action="store_true", help="rebuild an image the daemon has")
-    b.set_defaults(func=_cmd_build)
-    ls = verbs.add_parser("list", help="the daemon's images, and which ones build here")
-    ls.add_argument("--json", action="store_true", help="print JSON")
-    ls.set_defaults(func=_cmd_list)
+    """Docker base images for the docker sandbox: build Debian's here, list the daemon's
+
+    The docker sandbox builds each task's Dockerfile but pulls nothing: every FROM image must be
+    in the daemon. `build` makes Debian images from the Debian mirror apt uses (debootstrap +
+    import; needs root and debootstrap); any other image comes from `docker load -i image.tar`
+    or a registry the daemon reaches.
+    """
+    o = options
+    verbs = o.verbs(sub, "images", add_commands, o.DOCKER_HOST)
+    o.command(verbs, "build", _cmd_build, o.IMAGE_REFS, o.MIRROR, o.FORCE_BUILD)
+    o.command(verbs, "list", _cmd_list, o.JSON)
