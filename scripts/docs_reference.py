@@ -217,23 +217,27 @@ def _resolve(schema: dict[str, Any], defs: dict[str, Any]) -> tuple[str | None, 
     return None, schema
 
 
-def schema_type(schema: dict[str, Any], defs: dict[str, Any]) -> str:
-    """A JSON schema's type in words: ``integer``, ``Sampling``, ``list of string``, ..."""
+def schema_type(schema: dict[str, Any], defs: dict[str, Any], link: bool = False) -> str:
+    """A JSON schema's type in words: ``integer``, ``Sampling``, ``list of string``, an enum's
+    values; with ``link``, a shared object's name links to its section (``#name``)."""
     name, schema = _resolve(schema, defs)
-    if name:
-        return f"{name} (object)" if "properties" in schema else name
+    if name and "enum" not in schema:
+        return f"[{name}](#{name.lower()})" if link else name
     for key in ("anyOf", "oneOf"):
         if key in schema:
-            return " or ".join(schema_type(s, defs) for s in schema[key])
+            return " or ".join(schema_type(s, defs, link) for s in schema[key])
     if "enum" in schema:
         return " \\| ".join(code(v) for v in schema["enum"])
     kind = schema.get("type")
     if kind == "array":
         if "prefixItems" in schema:
-            inner = ", ".join(schema_type(s, defs) for s in schema["prefixItems"])
+            inner = ", ".join(schema_type(s, defs, link) for s in schema["prefixItems"])
             return f"[{inner}]"
         items = schema.get("items")
-        return f"list of {schema_type(items, defs)}" if items else "list"
+        if not items:
+            return "list"
+        inner = schema_type(items, defs, link)
+        return f"list of ({inner})" if " or " in inner else f"list of {inner}"
     if isinstance(kind, list):
         return " or ".join(kind)
     return kind or "any"
@@ -480,7 +484,8 @@ def document_tables() -> str:
             else:
                 need = "optional"
             lines.append(
-                f"| {code(field)} | {schema_type(prop, defs)} | {need} | {notes.get(field, '')} |"
+                f"| {code(field)} | {schema_type(prop, defs, link=True)} | {need} "
+                f"| {notes.get(field, '')} |"
             )
         lines.append("")
     return "\n".join(lines)
