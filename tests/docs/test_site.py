@@ -89,6 +89,20 @@ def test_the_mcp_reference_names_every_tool_and_argument(hook):
                     assert f"    - `{sub}` (" in body, (tool.name, name, sub)
 
 
+def test_the_mcp_guide_table_lists_the_tools_the_server_has():
+    """The hand-written overview in guides/mcp-server.md names exactly the server's tools."""
+
+    async def names():
+        async with Client(build_server()) as client:
+            return {t.name for t in (await client.list_tools()).tools}
+
+    guide = (ROOT / "docs" / "guides" / "mcp-server.md").read_text()
+    table = guide.split("## Tools", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    shown = {name for row in rows for name in re.findall(r"`(\w+)\(", row.split(" | ")[0])}
+    assert shown == anyio.run(names)
+
+
 def test_the_rollout_document_notes_cover_every_field(hook):
     assert hook.document_problems() == []
     tables = hook.document_tables()
