@@ -14,7 +14,7 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import anyio
 import orjson
@@ -29,7 +29,6 @@ from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 
 from rollwire import bounds
-from rollwire.bounds import Seed, Text
 from rollwire.capture.certify import Certification
 from rollwire.collect.collection import (
     CollectConfig,
@@ -42,6 +41,8 @@ from rollwire.collect.collection import (
 from rollwire.datasets.hub import PushResult
 from rollwire.datasets.store import CollectionError
 from rollwire.roots import OutsideRoots, Roots
+from rollwire.server import arguments as a
+from rollwire.server.arguments import takes
 from rollwire.server.surface import CompactMCPServer
 from rollwire.sessions.base import AnswerMode
 from rollwire.tools.endpoint import EndpointNotUsable, EndpointPool
@@ -73,9 +74,6 @@ from rollwire.tools.tasks import (
 )
 
 log = logging.getLogger("rollwire.mcp")
-
-#: several engines serving one model (specs or bare URLs)
-EngineList = Annotated[list[LLMSpec | Text], Field(min_length=1, max_length=bounds.MAX_ENGINES)]
 
 INSTRUCTIONS = """\
 rollwire runs LLM-agent rollouts and captures trainable data (engine token ids, logprobs,
@@ -215,12 +213,8 @@ def build_server(state: ServerState | None = None) -> MCPServer:
     mcp.state = state  # type: ignore[attr-defined]
 
     @mcp.tool()
-    async def list_tasks(
-        source: Text | None = None,
-        offset: Annotated[int, Field(ge=0, le=bounds.MAX_OFFSET)] = 0,
-        limit: Annotated[int, Field(ge=1, le=bounds.MAX_PAGE)] = 50,
-        query: Text | None = None,
-    ) -> TaskPage:
+    @takes(a.SOURCE, a.OFFSET, a.LIMIT, a.QUERY)
+    async def list_tasks(*, source, offset, limit, query) -> TaskPage:
         """Find tasks to run; use it first. Each task's `ref` is what run_rollout and
         collect_episodes take as `task`. source: omit for every env task; an env family
         (reasoning_gym, openspiel, textarena, browsergym); or a Harbor dataset path the server
@@ -235,9 +229,8 @@ def build_server(state: ServerState | None = None) -> MCPServer:
             raise ToolError(f"source: {exc}") from None
 
     @mcp.tool()
-    async def validate_llm(
-        llm_url: Text, model: Text | None = None, api_key: Text | None = None
-    ) -> Certification:
+    @takes(a.ENGINE_URL, a.MODEL, a.API_KEY)
+    async def validate_llm(*, llm_url, model, api_key) -> Certification:
         """Check an OpenAI-spec engine (e.g. vLLM at http://host:8000/v1) before
         rollouts. verdict TRAIN: token ids and logprobs come back, rollouts are trainable; EVAL
         ONLY: text only (evaluation data); NOT USABLE: see findings. token_in_paths: how
@@ -246,6 +239,7 @@ def build_server(state: ServerState | None = None) -> MCPServer:
         return await state.pool.certify(llm_url, model=model, api_key=api_key)
 
     def request_of(
+        *,
         task: str,
         harness: str | None,
         sandbox: str | None,
@@ -261,6 +255,7 @@ def build_server(state: ServerState | None = None) -> MCPServer:
         api_key: str | None,
         answer_mode: AnswerMode | None,
     ) -> RolloutRequest:
+        """A rollout request from the tool arguments of :data:`arguments.ROLLOUT`."""
         try:
             spec = resolve_llm(
                 llm, llm_url=llm_url, model=model, api_key=api_key, default=state.default_llm
@@ -311,23 +306,8 @@ def build_server(state: ServerState | None = None) -> MCPServer:
         return run
 
     @mcp.tool()
-    async def run_rollout(
-        task: Text,
-        ctx: Context,
-        harness: Text | None = None,
-        sandbox: Text | None = None,
-        llm: LLMSpec | Text | None = None,
-        sampling: Sampling | None = None,
-        limits: Limits | None = None,
-        reward_key: Text | None = None,
-        include_tokens: bool = False,
-        seed: Seed | None = None,
-        task_config: dict[str, Any] | None = None,
-        llm_url: Text | None = None,
-        model: Text | None = None,
-        api_key: Text | None = None,
-        answer_mode: AnswerMode | None = None,
-    ) -> RolloutSummary:
+    @takes(a.ROLLOUT)
+    async def run_rollout(ctx: Context, **given: Any) -> RolloutSummary:
         """Run one rollout (an agent on one task, every model call captured) and wait
         for its reward and capture summary. task: a list_tasks ref. llm: engine URL or {url,
         model, api_key} (or flat llm_url/model/api_key); default: the server's. Harbor tasks:
@@ -338,68 +318,24 @@ def build_server(state: ServerState | None = None) -> MCPServer:
         ok=false with `error`. Cancelling tears the sandbox down. Then get_rollout_graph or
         resource rollout://{rollout_id}/document.
         """
-        request = request_of(
-            task,
-            harness,
-            sandbox,
-            llm,
-            sampling,
-            limits,
-            reward_key,
-            include_tokens,
-            seed,
-            task_config,
-            llm_url,
-            model,
-            api_key,
-            answer_mode,
-        )
+        request = request_of(**given)
         checked_plan = await checked(request)
-        job = state.jobs.add(Job(uuid.uuid4().hex, task))
+        job = state.jobs.add(Job(uuid.uuid4().hex, request.task))
         summary = await job.run(runner(request, checked_plan, ctx))
         if summary is None:
             raise ToolError(f"rollout {job.rollout_id} was cancelled (cancel_rollout)")
         return summary
 
     @mcp.tool()
-    async def start_rollout(
-        task: Text,
-        harness: Text | None = None,
-        sandbox: Text | None = None,
-        llm: LLMSpec | Text | None = None,
-        sampling: Sampling | None = None,
-        limits: Limits | None = None,
-        reward_key: Text | None = None,
-        include_tokens: bool = False,
-        seed: Seed | None = None,
-        task_config: dict[str, Any] | None = None,
-        llm_url: Text | None = None,
-        model: Text | None = None,
-        api_key: Text | None = None,
-        answer_mode: AnswerMode | None = None,
-    ) -> RolloutStatus:
+    @takes(a.ROLLOUT)
+    async def start_rollout(**given: Any) -> RolloutStatus:
         """run_rollout without waiting: same arguments, returns the rollout_id at
         once. Poll get_rollout; stop with cancel_rollout. For clients that cannot hold a call
         open.
         """
-        request = request_of(
-            task,
-            harness,
-            sandbox,
-            llm,
-            sampling,
-            limits,
-            reward_key,
-            include_tokens,
-            seed,
-            task_config,
-            llm_url,
-            model,
-            api_key,
-            answer_mode,
-        )
+        request = request_of(**given)
         checked_plan = await checked(request)
-        job = Job(uuid.uuid4().hex, task)
+        job = Job(uuid.uuid4().hex, request.task)
         try:
             state.jobs.start(job, runner(request, checked_plan, None))
         except RuntimeError as exc:
@@ -407,12 +343,14 @@ def build_server(state: ServerState | None = None) -> MCPServer:
         return job.view()
 
     @mcp.tool()
-    async def get_rollout(rollout_id: Text) -> RolloutStatus:
+    @takes(a.ROLLOUT_ID)
+    async def get_rollout(*, rollout_id) -> RolloutStatus:
         """Status, progress and, once done or failed, the result of a rollout."""
         return lookup(rollout_id).view()
 
     @mcp.tool()
-    async def cancel_rollout(rollout_id: Text) -> RolloutStatus:
+    @takes(a.ROLLOUT_ID)
+    async def cancel_rollout(*, rollout_id) -> RolloutStatus:
         """Stop a running rollout and wait for its cleanup (sandbox torn down,
         capture closed); nothing is kept for it."""
         job = await state.jobs.cancel(lookup(rollout_id).rollout_id)
@@ -420,9 +358,8 @@ def build_server(state: ServerState | None = None) -> MCPServer:
         return job.view()
 
     @mcp.tool()
-    async def list_rollouts(
-        status: Literal["running", "done", "failed", "cancelled"] | None = None,
-    ) -> RolloutList:
+    @takes(a.STATUS)
+    async def list_rollouts(*, status) -> RolloutList:
         """Rollouts this server knows, newest first, with counts per status
         (results: get_rollout)."""
         jobs = state.jobs.jobs()
@@ -439,31 +376,38 @@ def build_server(state: ServerState | None = None) -> MCPServer:
         return job
 
     @mcp.tool()
+    @takes(
+        (a.OUT_DIR, a.EPISODES, a.TASKS, a.DATASET, a.TASK_GLOB, a.GROUP_SIZE, a.HARNESS),
+        (a.SANDBOX, a.ENGINES, a.SAMPLING, a.LIMITS, a.REWARD_KEY, a.TASK_CONFIG),
+        (a.ANSWER_MODE, a.FIRST_SEED, a.CONCURRENCY, a.MIN_REWARD, a.TRAINABLE_ONLY),
+        (a.KEEP_FAILURES, a.RESUME, a.LLM_URL, a.MODEL, a.API_KEY),
+    )
     async def collect_episodes(
-        out_dir: Text,
-        episodes: bounds.Episodes,
         ctx: Context,
-        tasks: bounds.TaskList | None = None,
-        dataset: Text | None = None,
-        task_glob: Text | None = None,
-        group_size: bounds.GroupSize = 1,
-        harness: Text | None = None,
-        sandbox: Text | None = None,
-        llm: LLMSpec | Text | EngineList | None = None,
-        sampling: Sampling | None = None,
-        limits: Limits | None = None,
-        reward_key: Text | None = None,
-        task_config: dict[str, Any] | None = None,
-        answer_mode: AnswerMode | None = None,
-        seed: Seed = 0,
-        concurrency: bounds.Concurrency = 4,
-        min_reward: float | None = None,
-        trainable_only: bool = False,
-        keep_failures: bool = True,
-        resume: bool = True,
-        llm_url: Text | None = None,
-        model: Text | None = None,
-        api_key: Text | None = None,
+        *,
+        out_dir,
+        episodes,
+        tasks,
+        dataset,
+        task_glob,
+        group_size,
+        harness,
+        sandbox,
+        llm,
+        sampling,
+        limits,
+        reward_key,
+        task_config,
+        answer_mode,
+        seed,
+        concurrency,
+        min_reward,
+        trainable_only,
+        keep_failures,
+        resume,
+        llm_url,
+        model,
+        api_key,
     ) -> CollectResult:
         """Build a training dataset: many rollouts into out_dir (a directory
         inside the server's data directory), crash-safe. tasks: refs; or dataset (+ task_glob)
@@ -537,13 +481,8 @@ def build_server(state: ServerState | None = None) -> MCPServer:
             raise ToolError(f"{type(exc).__name__}: {exc}") from None
 
     @mcp.tool()
-    async def push_dataset(
-        out_dir: Text,
-        repo_id: Text,
-        private: bool = True,
-        dry_run: bool = False,
-        commit_message: Text | None = None,
-    ) -> PushResult:
+    @takes(a.OUT_DIR, a.REPO_ID, a.PRIVATE, a.DRY_RUN, a.COMMIT_MESSAGE)
+    async def push_dataset(*, out_dir, repo_id, private, dry_run, commit_message) -> PushResult:
         """Publish a collection (collect_episodes' out_dir) to the Hugging Face Hub as
         a dataset: Parquet and a card in one commit, private by default, loadable with
         datasets.load_dataset(repo_id). dry_run shows what would be sent and sends nothing.
@@ -561,9 +500,8 @@ def build_server(state: ServerState | None = None) -> MCPServer:
             raise ToolError(f"{type(exc).__name__}: {exc}") from None
 
     @mcp.tool()
-    async def get_rollout_graph(
-        rollout_id: Text, format: Literal["json", "mermaid"] = "json"
-    ) -> RolloutGraphView:
+    @takes(a.ROLLOUT_ID, a.GRAPH_FORMAT)
+    async def get_rollout_graph(*, rollout_id, format) -> RolloutGraphView:
         """How a finished rollout's model calls link, to debug fragmented or
         untrainable data: a node per call with its parent, role, token counts and findings;
         re-tokenised calls (new roots) and discarded ones. format 'mermaid' adds a flowchart.
