@@ -26,7 +26,7 @@ def _config() -> dict:
 
 
 def _layers_contract() -> dict:
-    (contract,) = [c for c in _config()["contracts"] if c["type"] == "layers"]
+    (contract,) = [c for c in _config()["contracts"] if c.get("containers") == ["rollwire"]]
     return contract
 
 
@@ -73,6 +73,16 @@ def test_control_siblings_of_one_layer_may_not_import_each_other(tmp_path):
     run = _lint(tmp_path, tmp_path)
     assert run.returncode != 0, run.stdout
     assert "rollwire.datasets is not allowed to import rollwire.sessions" in run.stdout, run.stdout
+
+
+def test_control_a_command_module_importing_cli_breaks_the_server_contract(tmp_path):
+    copy = _copy(tmp_path)
+    # The cycle issue 21 removed: collect_cli importing cli back.
+    with (copy / "server" / "collect_cli.py").open("a") as f:
+        f.write("\n\ndef _late():\n    from rollwire.server import cli  # noqa: F401\n")
+    run = _lint(tmp_path, tmp_path)
+    assert run.returncode != 0, run.stdout
+    assert "rollwire.server.collect_cli is not allowed to import rollwire.server.cli" in run.stdout
 
 
 def test_control_an_unplaced_package_breaks_the_contract(tmp_path):

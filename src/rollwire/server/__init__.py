@@ -6,5 +6,8 @@ Owns the CLI (``cli`` and one module per command group), the MCP app over one se
 
 May import every layer below it (``collect``, ``trl``, ``engine``, ``tools``, ``harnesses``,
 ``sessions``, ``datasets``, ``result``, ``capture``, the base modules); nothing but
-``rollwire.__main__`` imports it.
+``rollwire.__main__`` imports it. Inside it, layers too: ``cli`` imports the command modules
+(``collect_cli``, ``agents_cli``, ``images_cli``, ``demo``), never the reverse; they import
+``mcp_app``, then ``ui``; the shared declarations (``options``, ``arguments``, ``surface``)
+import no command.
 """
