@@ -11,7 +11,7 @@ Two modes:
     python examples/trl_grpo.py --check --server http://127.0.0.1:8400/mcp \\
         --tasks reasoning_gym --query chain_sum --limit 2 --group-size 4
 
-    # train (needs torch + trl; see README "Training with TRL")
+    # train (needs torch + trl; see docs/guides/trainers.md)
     python examples/trl_grpo.py --server http://127.0.0.1:8400/mcp --model Qwen/Qwen3-0.6B \\
         --vllm-server http://127.0.0.1:8000 --tasks reasoning_gym --query chain_sum --limit 8
 

@@ -4,6 +4,7 @@ real CPU engine in its own process)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +37,9 @@ def test_demo_runs_a_real_rollout_through_mcp_and_reports_where_the_document_is(
     assert "parity PASS" in proc.stdout
     after = proc.stdout.split("\nnext:\n", 1)[1]  # it ends saying where to look next
     assert str(out) in after and "rollwire demo --http" in after
+    pages = re.findall(r"\((docs/[\w/.-]+\.md)\)", after)
+    assert len(pages) == 3, after  # each pointer names a page of the docs, and the page exists
+    assert all((ROOT / page).is_file() for page in pages), pages
     document = json.loads(out.read_text())
     assert document["version"] == "rollwire.rollout/1"
     assert document["stats"]["trainable_tokens"] > 0

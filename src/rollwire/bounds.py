@@ -3,9 +3,9 @@
 rollwire serves clients it does not trust to be careful (LLM agents drive it). Every number a
 client gives that sizes work (episodes, group size, concurrency, turns, model calls, tokens,
 timeouts, pages, payloads) is bounded here, and the MCP tools, the CLI and the collection
-config all read these constants, so a bound is the same wherever the argument comes in and the
-README's table ("Reliability and security") is this module. Work that is not bounded by a
-number is consumed lazily (a collection's episode list is a generator, a resume's skip scan
+config all read these constants, so a bound is the same wherever the argument comes in, and the
+docs' table (docs/reliability.md) is generated from TABLE. Work that is not bounded by a number
+is consumed lazily (a collection's episode list is a generator, a resume's skip scan
 yields to other clients as it goes).
 
 A base module (the bottom layer): imports nothing of rollwire; any layer may import it.

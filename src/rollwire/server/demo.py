@@ -180,9 +180,9 @@ def _next_steps(out: Path, *, http: bool) -> str:
     lines = [
         "",
         "next:",
-        f"  {out}: the rollout document a trainer reads (README: 'The rollout document')",
-        "  rollwire serve --stdio: the same tools for Claude Desktop (README: 'MCP server')",
-        "  rollwire collect: many rollouts as a dataset (README: 'Collections')",
+        f"  {out}: the rollout document a trainer reads (docs/reference/rollout-document.md)",
+        "  rollwire serve --stdio: the same tools for Claude Desktop (docs/guides/claude-desktop.md)",
+        "  rollwire collect: many rollouts as a dataset (docs/guides/curation.md)",
     ]
     if not http:
         lines.insert(3, "  rollwire demo --http: the same run, then its page in the web UI")
