@@ -439,3 +439,45 @@ def test_the_cli_hides_third_party_syntax_warnings_but_not_its_own(tmp_path):
     with_cli = warnings_of("cli")
     assert "noisy_dep.py" not in with_cli
     assert "noisy_own.py" in with_cli and "SyntaxWarning" in with_cli
+
+
+_LOG_SCRIPT = """
+import logging, sys
+from rollwire.server import cli
+args = cli.build_parser().parse_args(sys.argv[1:])
+cli.configure_logging(getattr(args, "verbose", 0), getattr(args, "log_level", None))
+logging.getLogger("rollwire.mcp").info("own-info")
+logging.getLogger("rollwire.mcp").debug("own-debug")
+logging.getLogger("matplotlib.font_manager").info("other-info")
+logging.getLogger("other.pkg").warning("other-warning")
+harbor = logging.getLogger("harbor.utils.logger")
+harbor.setLevel(logging.DEBUG)  # what Harbor does to its own logger when imported
+harbor.debug("other-debug")
+"""
+
+
+def _logged(*argv: str) -> set[str]:
+    run = subprocess.run(
+        [sys.executable, "-c", _LOG_SCRIPT, *argv], capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    return {line.rsplit(": ", 1)[1] for line in run.stderr.splitlines() if ": " in line}
+
+
+def test_by_default_the_cli_logs_its_own_info_lines_and_only_warnings_of_other_packages():
+    assert _logged("info") == {"own-info", "other-warning"}
+
+
+def test_verbose_adds_own_debug_and_other_info_lines_before_or_after_the_command():
+    expected = {"own-info", "own-debug", "other-info", "other-warning"}
+    assert _logged("-v", "info") == expected
+    assert _logged("info", "-v") == expected
+
+
+def test_double_verbose_shows_every_package_debug_lines():
+    assert "other-debug" in _logged("-vv", "info")
+
+
+def test_log_level_sets_rollwires_own_level_only():
+    assert _logged("--log-level", "warning", "info") == {"other-warning"}
+    assert _logged("info", "--log-level", "DEBUG") == {"own-info", "own-debug", "other-warning"}

@@ -623,6 +623,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand (each option declared once, in
     :mod:`rollwire.server.options`)."""
     parser = argparse.ArgumentParser(prog="rollwire", description=__doc__)
+    options.add(parser, options.LOGGING)
     sub = parser.add_subparsers(dest="command", required=True)
     o = options
     o.command(
@@ -728,24 +729,67 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Loggers that write one line per request: at -v they would drown the report, so they stay at
+# WARNING unless -vv.
+_PER_REQUEST = (
+    "httpx",
+    "httpx2",
+    "aiohttp.access",
+    "LiteLLM",
+    "litellm",
+    "mcp.server.streamable_http_manager",
+)
+
+
+class LogGate(logging.Filter):
+    """What the console shows: rollwire's records from ``own`` up, every other package's from
+    ``others`` up. A filter on the handler, not logger levels: a package that sets its own
+    logger's level (Harbor sets ``harbor.utils.logger`` to DEBUG when imported) still obeys."""
+
+    def __init__(self, own: int, others: int) -> None:
+        super().__init__()
+        self.own, self.others = own, others
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        name = record.name
+        mine = name == "rollwire" or name.startswith("rollwire.")
+        return record.levelno >= (self.own if mine else self.others)
+
+
+def configure_logging(verbose: int = 0, level: str | None = None) -> LogGate:
+    """One stderr handler for the command line: by default rollwire's own INFO lines and other
+    packages' warnings; ``-v`` rollwire's DEBUG and others' INFO; ``-vv`` everything.
+    ``level`` sets rollwire's own level. Called again (tests call :func:`main` many times),
+    it replaces the handler it added before and leaves every other handler alone."""
+    own = (
+        logging.getLevelNamesMapping()[level]
+        if level
+        else (logging.DEBUG if verbose else logging.INFO)
+    )
+    others = (logging.WARNING, logging.INFO)[verbose] if verbose < 2 else logging.DEBUG
+    gate = LogGate(own, others)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(gate)
+    handler.rollwire_console = True  # type: ignore[attr-defined]
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if getattr(h, "rollwire_console", False)]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(min(own, others))
+    logging.getLogger("rollwire").setLevel(own)
+    for name in _PER_REQUEST:
+        logging.getLogger(name).setLevel(logging.WARNING if verbose < 2 else logging.NOTSET)
+    return gate
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rollwire`` console script."""
-    logging.basicConfig(
-        level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
-    for noisy in (
-        "httpx",
-        "httpx2",
-        "harbor",
-        "LiteLLM",
-        "litellm",
-        "mcp.server.streamable_http_manager",
-    ):
-        logging.getLogger(noisy).setLevel(logging.WARNING)  # one line per request drowns the report
     # Third-party packages compiled on first import (uv writes no .pyc) warn about their own
     # escape sequences: not the user's concern, and it splits rollwire's lines.
     warnings.filterwarnings("ignore", category=SyntaxWarning, module=r".*[/\\]site-packages[/\\]")
     args = build_parser().parse_args(argv)
+    configure_logging(getattr(args, "verbose", 0), getattr(args, "log_level", None))
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

@@ -96,7 +96,7 @@ def command(
     """A subcommand ``name`` that runs ``func``, with ``declared`` options; its help is
     ``func``'s docstring."""
     parser = sub.add_parser(name, **_doc(func))
-    add(parser, *declared)
+    add(parser, *declared, LOGGING)
     parser.set_defaults(func=func)
     return parser
 
@@ -106,8 +106,30 @@ def verbs(sub: Any, name: str, func: Any, *declared: Declared | tuple[Declared, 
     ``declared`` options before the verb; its help is the docstring of ``func`` (the function
     that adds it). Returns the verbs' subparsers."""
     parser = sub.add_parser(name, **_doc(func))
-    add(parser, *declared)
+    add(parser, *declared, LOGGING)
     return parser.add_subparsers(dest=f"{name}_command", required=True)
+
+
+# --- logging: every command, and before the command (`rollwire -v demo` = `rollwire demo -v`) --
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+# SUPPRESS: a command's parser must not reset what was given before the command.
+VERBOSE = option(
+    "-v",
+    "--verbose",
+    action="count",
+    default=argparse.SUPPRESS,
+    help="more log lines: -v adds rollwire's debug lines and other packages' info lines, "
+    "-vv every package's debug lines (default: rollwire's own lines, others' warnings)",
+)
+LOG_LEVEL = option(
+    "--log-level",
+    type=str.upper,
+    choices=LOG_LEVELS,
+    default=argparse.SUPPRESS,
+    help="rollwire's own log level (default INFO; DEBUG with -v)",
+)
+LOGGING = (VERBOSE, LOG_LEVEL)
 
 
 # --- the engine an endpoint command talks to ----------------------------------------------------
