@@ -12,6 +12,7 @@ import argparse
 import html
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -125,10 +126,35 @@ def test_the_benchmarks_page_is_bench_readme_without_relative_links(hook):
     )
 
 
+def ci_build_flags() -> list[str]:
+    """The flags `.ci/run` builds the site with (its --site-dir aside), so the control below
+    tests CI's own command: `--quiet`, say, would hide the warnings strict mode counts."""
+    (line,) = [
+        line
+        for line in (ROOT / ".ci" / "run").read_text().splitlines()
+        if line.startswith("uv run mkdocs build")
+    ]
+    words = shlex.split(line)[len(["uv", "run", "mkdocs", "build"]) :]
+    at = words.index("--site-dir")
+    flags = words[:at] + words[at + 2 :]
+    assert "--strict" in flags, line
+    return flags
+
+
 def build(config: Path, site: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     return subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", str(site)],
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            *ci_build_flags(),
+            "-f",
+            str(config),
+            "-d",
+            str(site),
+        ],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The README's commands, as written, on a fresh machine of our CI's kind, simulated on one:
+#   - pyenv's Pythons as the machine has them, less uv (an overlay over $PYENV_ROOT, in a
+#     private mount namespace, with uv removed from every version);
+#   - an empty HOME: no uv or pip cache, so every package is downloaded and llama-cpp-python is
+#     compiled;
+#   - a fresh clone of REPO (default: this checkout's committed HEAD).
+# System packages (chromium, bubblewrap) and a running Docker daemon are the host's: the
+# simulation does not remove them, so .ci/system finds them present.
+# Each line of the README's commands block (between its `commands` snippet markers) runs in
+# order with its exit status and seconds; the first failure stops the run.
+# Usage (root): bash scripts/fresh_machine.sh [REPO] > transcript.log 2>&1
+set -euo pipefail
+REPO=$(readlink -f "${1:-$(dirname "$0")/..}")
+BASE=${FRESH_BASE:-/tmp/rollwire-fresh}
+PYENV_ROOT=${PYENV_ROOT:-$(pyenv root)}
+rm -rf "$BASE"
+mkdir -p "$BASE/upper" "$BASE/work" "$BASE/home"
+exec unshare -m --propagation private bash -s "$BASE" "$REPO" "$PYENV_ROOT" <<'INNER'
+set -euo pipefail
+BASE=$1 REPO=$2 PYENV_ROOT=$3
+mount -t overlay overlay -o "lowerdir=$PYENV_ROOT,upperdir=$BASE/upper,workdir=$BASE/work" "$PYENV_ROOT"
+for v in "$PYENV_ROOT"/versions/*; do
+  rm -rf "$v"/bin/uv "$v"/bin/uvx "$v"/lib/python*/site-packages/uv "$v"/lib/python*/site-packages/uv-*.dist-info
+done
+pyenv rehash
+export HOME=$BASE/home
+unset UV_PYTHON_DOWNLOADS UV_PYTHON VIRTUAL_ENV UV_CACHE_DIR XDG_CACHE_HOME DOCKER_HOST
+cd "$HOME"
+git clone -q "$REPO" rollwire
+cd rollwire
+echo "fresh machine: commit $(git rev-parse --short HEAD); uv on PATH: $(command -v uv || echo none);" \
+  "python3: $(python3 --version 2>&1); pip: $(pip --version | cut -d' ' -f1-2)"
+sed -n '/\[start:commands\]/,/\[end:commands\]/p' README.md | sed '/^<!--/d;/^```/d' > "$BASE/commands"
+while IFS= read -r line; do
+  start=$(date +%s)
+  echo "\$ $line   [$(date -u +%H:%M:%S) UTC]"
+  set +e
+  bash -c "$line" </dev/null
+  rc=$?
+  set -e
+  echo "[exit $rc after $(( $(date +%s) - start )) s]"
+  [ "$rc" -eq 0 ] || exit "$rc"
+done < "$BASE/commands"
+INNER
