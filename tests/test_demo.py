@@ -82,5 +82,15 @@ def test_demo_over_http_prints_the_web_ui_url_of_its_rollout_and_serves_it(tmp_p
         assert view["document"]["stats"] == document["stats"]
     finally:
         proc.send_signal(signal.SIGINT)
-        code = proc.wait(timeout=60)
+        try:
+            code = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)  # the CLI prints every thread's stack on it
+            time.sleep(3)
+            proc.kill()
+            proc.wait()
+            pytest.fail(
+                "demo --http did not stop within 60 s of SIGINT; its stderr, stacks last:\n"
+                + proc.stderr.read()[-8000:]
+            )
     assert code == 0, proc.stderr.read()

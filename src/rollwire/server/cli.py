@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import faulthandler
 import functools
 import ipaddress
 import json
 import logging
 import secrets
+import signal
 import socket
 import sys
 import warnings
@@ -788,6 +790,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Third-party packages compiled on first import (uv writes no .pyc) warn about their own
     # escape sequences: not the user's concern, and it splits rollwire's lines.
     warnings.filterwarnings("ignore", category=SyntaxWarning, module=r".*[/\\]site-packages[/\\]")
+    if hasattr(signal, "SIGUSR1") and not faulthandler.is_enabled():
+        # `kill -USR1 <pid>` prints every thread's stack to stderr: how to see where a process
+        # that does not stop is waiting (tests send it before giving up on one).
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     args = build_parser().parse_args(argv)
     configure_logging(getattr(args, "verbose", 0), getattr(args, "log_level", None))
     try:
