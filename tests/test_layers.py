@@ -49,6 +49,13 @@ def _copy(tmp_path: Path) -> Path:
     return tmp_path / "rollwire"
 
 
+def _lint_with(tmp_path: Path, module: str, text: str) -> subprocess.CompletedProcess[str]:
+    """``lint-imports`` on a copy of the package with ``text`` appended to ``module``."""
+    with (_copy(tmp_path) / module).open("a") as f:
+        f.write(text)
+    return _lint(tmp_path, tmp_path)
+
+
 def test_the_contract_holds_on_the_tree():
     run = _lint(ROOT, ROOT / "src")
     assert run.returncode == 0, run.stdout + run.stderr
@@ -56,31 +63,25 @@ def test_the_contract_holds_on_the_tree():
 
 
 def test_control_a_lazy_back_reference_breaks_the_contract(tmp_path):
-    copy = _copy(tmp_path)
     # capture is the lowest package layer; a function-level import of tools reaches up.
-    with (copy / "capture" / "findings.py").open("a") as f:
-        f.write("\n\ndef _late():\n    import rollwire.tools.rollouts  # noqa: F401\n")
-    run = _lint(tmp_path, tmp_path)
+    late = "\n\ndef _late():\n    import rollwire.tools.rollouts  # noqa: F401\n"
+    run = _lint_with(tmp_path, "capture/findings.py", late)
     assert run.returncode != 0, run.stdout
     assert "rollwire.capture is not allowed to import rollwire.tools" in run.stdout, run.stdout
     assert "rollwire.capture.findings -> rollwire.tools.rollouts" in run.stdout, run.stdout
 
 
 def test_control_siblings_of_one_layer_may_not_import_each_other(tmp_path):
-    copy = _copy(tmp_path)
-    with (copy / "datasets" / "stats.py").open("a") as f:
-        f.write("\n\nfrom rollwire.sessions import base as _base  # noqa: E402, F401\n")
-    run = _lint(tmp_path, tmp_path)
+    sibling = "\n\nfrom rollwire.sessions import base as _base  # noqa: E402, F401\n"
+    run = _lint_with(tmp_path, "datasets/stats.py", sibling)
     assert run.returncode != 0, run.stdout
     assert "rollwire.datasets is not allowed to import rollwire.sessions" in run.stdout, run.stdout
 
 
 def test_control_a_command_module_importing_cli_breaks_the_server_contract(tmp_path):
-    copy = _copy(tmp_path)
     # The cycle issue 21 removed: collect_cli importing cli back.
-    with (copy / "server" / "collect_cli.py").open("a") as f:
-        f.write("\n\ndef _late():\n    from rollwire.server import cli  # noqa: F401\n")
-    run = _lint(tmp_path, tmp_path)
+    back = "\n\ndef _late():\n    from rollwire.server import cli  # noqa: F401\n"
+    run = _lint_with(tmp_path, "server/collect_cli.py", back)
     assert run.returncode != 0, run.stdout
     assert "rollwire.server.collect_cli is not allowed to import rollwire.server.cli" in run.stdout
 
