@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -47,8 +48,17 @@ def test_demo_runs_a_real_rollout_through_mcp_and_reports_where_the_document_is(
     assert reported == document["stats"]["trainable_tokens"]
 
 
-def test_demo_over_http_prints_the_web_ui_url_of_its_rollout_and_serves_it(tmp_path):
-    import signal
+@pytest.mark.parametrize(
+    "sigint_at_start",
+    [signal.SIG_DFL, signal.SIG_IGN],
+    ids=["sigint-default", "sigint-ignored-as-in-a-background-job"],
+)
+def test_demo_over_http_prints_the_web_ui_url_of_its_rollout_and_serves_it(
+    tmp_path, sigint_at_start
+):
+    """Ctrl-C ends it, also where SIGINT was ignored when it started (a job a non-interactive shell
+    started with ``&``, as CI runners and ``nohup ... &`` do): the demo then once stopped both its
+    servers and waited forever on a re-raised SIGINT that was ignored."""
     import time
 
     import httpx
@@ -60,6 +70,7 @@ def test_demo_over_http_prints_the_web_ui_url_of_its_rollout_and_serves_it(tmp_p
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, sigint_at_start),
     )
     try:
         lines: list[str] = []
@@ -93,4 +104,6 @@ def test_demo_over_http_prints_the_web_ui_url_of_its_rollout_and_serves_it(tmp_p
                 "demo --http did not stop within 60 s of SIGINT; its stderr, stacks last:\n"
                 + proc.stderr.read()[-8000:]
             )
-    assert code == 0, proc.stderr.read()
+    stderr = proc.stderr.read()
+    assert code == 0, stderr
+    assert "rollwire demo: stopped" in stderr, stderr

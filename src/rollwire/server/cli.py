@@ -257,7 +257,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     try:
         from rollwire.server.demo import run_demo
 
-        return anyio.run(
+        code = anyio.run(
             functools.partial(
                 run_demo,
                 Path(args.out),
@@ -282,6 +282,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             )
             return 2
         raise
+    if args.http:  # the server stopped on SIGINT/SIGTERM, and uvicorn's re-raise was ignored
+        _say("rollwire demo: stopped")
+    return code
 
 
 def _emit(args: argparse.Namespace, i: int, result: Any) -> None:

@@ -72,7 +72,12 @@ async def run_demo(
         server_sock = bind("127.0.0.1", port)
         root = url_of(server_sock)
         state = ServerState()
-        async with serving(http_app(build_server(state)), server_sock, stop_on_exit=True):
+        # The block ends when the MCP server stops (stop_on_exit=False): uvicorn takes SIGINT and
+        # SIGTERM while it serves. The demo does not wait on the signal uvicorn raises again once
+        # stopped: where SIGINT was ignored when the process started (a job started with `&` by
+        # a non-interactive shell, as CI runners do), that signal is ignored, and a demo waiting
+        # on it served nothing and never ended (issue 21's fresh-machine run).
+        async with serving(http_app(build_server(state)), server_sock, stop_on_exit=False):
             from mcp import Client
 
             _say(f"   MCP server on {root}/mcp, web UI on {root}/ui")
@@ -92,9 +97,7 @@ async def run_demo(
             if outcome is not None:
                 outcome.append(code)
             _say("serving the web UI until interrupted (Ctrl-C) ...")
-            # uvicorn takes SIGINT/SIGTERM while it serves and raises it again once stopped
-            await anyio.sleep_forever()
-            return code
+        return code
 
 
 async def _drive(
