@@ -15,8 +15,9 @@ RL has nothing to learn from. The warm-up, as the people who train models do it:
 5. **After**: the fine-tuned folder served by ``rollwire engine --model``, certified
    (``validate_llm`` TRAIN, ``rollwire parity``), evaluated on the same held-out seeds.
 6. **GRPO**: one step of ``examples/trl_grpo.py`` from the warmed model, rollouts sampled by
-   the engine serving it: rewards are numbers, loss and grad norm non-zero, and TRL's logprobs
-   of the captured completions are compared with the engine's.
+   the engine serving it (at ``--grpo-temperature``: 1.0, or 0.7 with ``--quick``): rewards are
+   numbers, loss and grad norm non-zero, and TRL's logprobs of the captured completions are
+   compared with the engine's.
 
 The table (tool-call compliance, accuracy, mean reward; before and after) goes to stdout, every
 number of the run is appended to ``--results`` (default ``bench/results/sft_warmup.json``, a
@@ -74,11 +75,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-temperature", type=float, default=0.0, help="0: greedy (default)")
     p.add_argument("--max-tokens", type=int, default=96, help="tokens per model call in evals")
     p.add_argument("--grpo-group", type=int, default=4, help="GRPO group size (one step)")
+    p.add_argument(
+        "--grpo-temperature",
+        type=float,
+        help="GRPO sampling temperature (default 1.0; quick 0.7: 32 teacher episodes leave a "
+        "model whose T=1 samples often answer in prose, so a group of 4 can hold no tool call)",
+    )
     p.add_argument("--no-grpo", action="store_true", help="stop after the SFT evaluation")
     p.add_argument("--seed", type=int, default=0, help="training seed")
     args = p.parse_args(argv)
     args.train_episodes = args.train_episodes or (32 if args.quick else 2000)
     args.eval_episodes = args.eval_episodes or (12 if args.quick else 200)
+    if args.grpo_temperature is None:
+        args.grpo_temperature = 0.7 if args.quick else 1.0
     return args
 
 
@@ -340,6 +349,7 @@ def grpo_step(args: argparse.Namespace, server: str, llm: str, model: Path, work
         "--group-size", str(args.grpo_group), "--batch-size", str(args.grpo_group),
         "--max-steps", "1", "--learning-rate", "1e-5", "--max-turns", "2",
         "--max-tokens", str(args.max_tokens), "--seed", str(EVAL_SEED + 500_000),
+        "--temperature", str(args.grpo_temperature),
         "--output-dir", str(out_dir),
     ]  # fmt: skip
     say(f"GRPO: one step, {args.grpo_group} rollouts from {model.name}")
@@ -351,6 +361,7 @@ def grpo_step(args: argparse.Namespace, server: str, llm: str, model: Path, work
     report = json.loads((out_dir / "rollwire_report.json").read_text())
     (log,) = [e for e in report["log_history"] if "loss" in e]
     return {
+        "temperature": args.grpo_temperature,
         "rewards": report["steps"][0]["rewards"],
         "mean_reward": log.get("reward"),
         "reward_std": log.get("reward_std"),
