@@ -274,15 +274,15 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         )
     except BaseException as exc:  # --http serves until Ctrl-C: that is how it ends
         if args.http and _interrupted(exc):
-            _say("rollwire demo: stopped")
-            return outcome[0] if outcome else 1
-        if isinstance(exc, ImportError):
+            code = outcome[0] if outcome else 1
+        elif isinstance(exc, ImportError):
             _say(
                 f"rollwire demo: the engine extra is not installed ({exc}); run: uv run --extra engine rollwire demo"
             )
             return 2
-        raise
-    if args.http:  # the server stopped on SIGINT/SIGTERM, and uvicorn's re-raise was ignored
+        else:
+            raise
+    if args.http:  # its MCP server stopped (Ctrl-C or SIGTERM), by KeyboardInterrupt or not
         _say("rollwire demo: stopped")
     return code
 

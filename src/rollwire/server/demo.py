@@ -72,11 +72,9 @@ async def run_demo(
         server_sock = bind("127.0.0.1", port)
         root = url_of(server_sock)
         state = ServerState()
-        # The block ends when the MCP server stops (stop_on_exit=False): uvicorn takes SIGINT and
-        # SIGTERM while it serves. The demo does not wait on the signal uvicorn raises again once
-        # stopped: where SIGINT was ignored when the process started (a job started with `&` by
-        # a non-interactive shell, as CI runners do), that signal is ignored, and a demo waiting
-        # on it served nothing and never ended (issue 21's fresh-machine run).
+        # The block ends when the MCP server stops (stop_on_exit=False; uvicorn takes SIGINT and
+        # SIGTERM), not on the SIGINT uvicorn raises again afterwards: in a process started with
+        # SIGINT ignored (a `cmd &` job of a non-interactive shell) that one is lost.
         async with serving(http_app(build_server(state)), server_sock, stop_on_exit=False):
             from mcp import Client
 
