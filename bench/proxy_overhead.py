@@ -286,11 +286,17 @@ def start_service(name: str, argv: list[str], port: int, cpu: int | None, log_di
     return service
 
 
-def spawn_fake(reply_tokens: int, cpu: int | None, log_dir: Path) -> Service:
-    """``tests.fakes.vllm`` answering ``reply_tokens``-token replies (not yet waited for)."""
+def spawn_fake(
+    reply_tokens: int, cpu: int | None, log_dir: Path, weight_info: bool = True
+) -> Service:
+    """``tests.fakes.vllm`` answering ``reply_tokens``-token replies (not yet waited for); with
+    ``weight_info`` it serves vLLM's ``GET /weight_info``, which the proxy then reads around
+    every call."""
     port = free_port()
     argv = [sys.executable, "-m", "tests.fakes.vllm", "--port", str(port)]
     argv += ["--reply-tokens", str(reply_tokens), "--max-model-len", "8192"]
+    if not weight_info:
+        argv.append("--no-weight-info")
     return start_service("fake", argv, port, cpu, log_dir)
 
 
@@ -764,7 +770,9 @@ async def main_async(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str
     checks: dict[str, Any] = {}
     profile_paths: dict[str, Path] = {}
     try:
-        fake = spawn_fake(args.reply_tokens, UPSTREAM_CPU if pin else None, log_dir)
+        fake = spawn_fake(
+            args.reply_tokens, UPSTREAM_CPU if pin else None, log_dir, args.weight_info == "on"
+        )
         services.append(fake)
         await wait_ready(fake, "/health")
         modes: list[Mode] = []
@@ -820,6 +828,7 @@ async def main_async(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str
             "rounds": args.rounds,
             "requests_per_round": {m.name: m.requests for m in modes},
             "per_session": args.per_session,
+            "weight_info": args.weight_info,
             "profiled": bool(args.profile_proxy),
         },
         "targets": {
@@ -874,6 +883,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--max-total-seconds", type=float, default=240.0, help="stop measuring after this long"
     )
     p.add_argument("--per-session", type=int, default=100, help="calls per capture session")
+    p.add_argument(
+        "--weight-info",
+        choices=["on", "off"],
+        default="on",
+        help="the upstream serves GET /weight_info (as vLLM does; the proxy reads it before and "
+        "after every call) or not (default on)",
+    )
     p.add_argument("--reply-tokens", type=int, default=256)
     p.add_argument("--no-pin", action="store_true", help="do not pin processes with taskset")
     p.add_argument(

@@ -14,10 +14,13 @@ RL has nothing to learn from. The warm-up, as the people who train models do it:
 4. **SFT** with TRL's ``SFTTrainer`` (``assistant_only_loss``: only the assistant's tokens).
 5. **After**: the fine-tuned folder served by ``rollwire engine --model``, certified
    (``validate_llm`` TRAIN, ``rollwire parity``), evaluated on the same held-out seeds.
-6. **GRPO**: one step of ``examples/trl_grpo.py`` from the warmed model, rollouts sampled by
-   the engine serving it (at ``--grpo-temperature``: 1.0, or 0.7 with ``--quick``): rewards are
-   numbers, loss and grad norm non-zero, and TRL's logprobs of the captured completions are
-   compared with the engine's.
+6. **GRPO**: ``--grpo-steps`` steps (1; 2 with ``--quick``) of ``examples/trl_grpo.py`` from
+   the warmed model, rollouts sampled by the engine serving it (at ``--grpo-temperature``: 1.0,
+   or 0.7 with ``--quick``), the trainer's weights pushed into that engine before every batch
+   (``rollwire.trl.WeightSync``; ``--no-sync`` to leave it serving the student): rewards are
+   numbers, every row names the weights that sampled it, and TRL's logprobs of the captured
+   completions are compared with the engine's at every step (and the previous step's
+   completions under the new weights). ``examples/grpo_cpu.py`` runs the long version.
 
 The table (tool-call compliance, accuracy, mean reward; before and after) goes to stdout, every
 number of the run is appended to ``--results`` (default ``bench/results/sft_warmup.json``, a
@@ -37,6 +40,7 @@ import argparse
 import json
 import os
 import platform
+import secrets
 import shutil
 import socket
 import subprocess
@@ -53,6 +57,8 @@ TASK = "reasoning_gym:chain_sum"
 TASK_CONFIG = {"min_terms": 2, "max_terms": 3}
 TRAIN_SEED = 0  # teacher instances: seeds TRAIN_SEED .. TRAIN_SEED + n - 1
 EVAL_SEED = 1_000_000  # held-out instances: disjoint from any teacher seed this script uses
+GRPO_SEED = EVAL_SEED + 500_000  # GRPO's task instances: disjoint from teacher and held-out seeds
+QUICK_GRPO_CONFIG = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -74,7 +80,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=8, help="SFT batch size")
     p.add_argument("--eval-temperature", type=float, default=0.0, help="0: greedy (default)")
     p.add_argument("--max-tokens", type=int, default=96, help="tokens per model call in evals")
-    p.add_argument("--grpo-group", type=int, default=4, help="GRPO group size (one step)")
+    p.add_argument("--grpo-steps", type=int, help="GRPO steps (default 1; quick 2)")
+    p.add_argument("--grpo-group", type=int, help="GRPO group size (default 4; quick 8)")
+    p.add_argument(
+        "--grpo-task-config",
+        help="GRPO tasks' generator config as JSON (default the warm-up's; quick: two one-digit "
+        "terms, so a group of the quick student's samples holds a right and a wrong answer)",
+    )
+    p.add_argument(
+        "--no-sync", action="store_true", help="GRPO without pushing weights into the engine"
+    )
     p.add_argument(
         "--grpo-temperature",
         type=float,
@@ -88,6 +103,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.eval_episodes = args.eval_episodes or (12 if args.quick else 200)
     if args.grpo_temperature is None:
         args.grpo_temperature = 0.7 if args.quick else 1.0
+    args.grpo_steps = args.grpo_steps or (2 if args.quick else 1)
+    args.grpo_group = args.grpo_group or (8 if args.quick else 4)
+    if args.grpo_task_config is None:
+        args.grpo_task_config = json.dumps(QUICK_GRPO_CONFIG if args.quick else TASK_CONFIG)
     return args
 
 
@@ -148,10 +167,11 @@ def _env() -> dict[str, str]:
 
 
 @contextmanager
-def engine(model_dir: Path, logs: Path, name: str) -> Iterator[str]:
-    """``rollwire engine --model DIR`` on a free port; yields its /v1 URL."""
+def engine(model_dir: Path, logs: Path, name: str, *extra: str) -> Iterator[str]:
+    """``rollwire engine --model DIR`` (and ``extra`` options) on a free port; yields its /v1
+    URL."""
     port = free_port()
-    argv = rollwire_cmd("engine", "--model", str(model_dir), "--port", str(port))
+    argv = rollwire_cmd("engine", "--model", str(model_dir), "--port", str(port), *extra)
     with process(name, argv, logs, ready="serving"):
         yield f"http://127.0.0.1:{port}/v1"
 
@@ -339,36 +359,111 @@ def fine_tune(args: argparse.Namespace, base: Path, data: Path, out: Path, logs:
     }
 
 
-def grpo_step(args: argparse.Namespace, server: str, llm: str, model: Path, work: Path) -> dict:
-    """One GRPO step of examples/trl_grpo.py from the warmed model, sampled by its engine."""
-    out_dir = work / "grpo"
+def grpo(
+    *,
+    server: str,
+    llm: str,
+    model: Path,
+    out_dir: Path,
+    logs: Path,
+    steps: int,
+    group_size: int,
+    groups: int,
+    learning_rate: float,
+    temperature: float,
+    max_tokens: int,
+    task_config: str,
+    sync: dict[str, str] | None,
+) -> dict[str, Any]:
+    """``examples/trl_grpo.py`` for ``steps`` steps from ``model``, rollouts sampled by the engine
+    at ``llm``; ``sync`` (``{"key": <its --admin-key>, "checkpoints": <in its
+    --weights-root>}``) pushes the trainer's weights into it before every batch. Returns its
+    report (``rollwire_report.json``) with the wall time."""
     argv = [
         sys.executable, str(ROOT / "examples" / "trl_grpo.py"),
         "--server", server, "--llm-url", llm, "--model", str(model),
-        "--task", TASK, "--task-config", json.dumps(TASK_CONFIG), "--answer-mode", "tool",
-        "--group-size", str(args.grpo_group), "--batch-size", str(args.grpo_group),
-        "--max-steps", "1", "--learning-rate", "1e-5", "--max-turns", "2",
-        "--max-tokens", str(args.max_tokens), "--seed", str(EVAL_SEED + 500_000),
-        "--temperature", str(args.grpo_temperature),
+        "--task", TASK, "--task-config", task_config, "--answer-mode", "tool",
+        "--group-size", str(group_size), "--batch-size", str(group_size * groups),
+        "--max-steps", str(steps), "--learning-rate", str(learning_rate),
+        "--max-turns", "2", "--max-tokens", str(max_tokens), "--seed", str(GRPO_SEED),
+        "--temperature", str(temperature), "--agreement", "every",
         "--output-dir", str(out_dir),
     ]  # fmt: skip
-    say(f"GRPO: one step, {args.grpo_group} rollouts from {model.name}")
+    env = _env()
+    if sync is not None:
+        argv += ["--sync", "disk", "--checkpoint-dir", sync["checkpoints"]]
+        env["ROLLWIRE_ENGINE_ADMIN_KEY"] = sync["key"]
+    say(
+        f"GRPO: {steps} step(s) x {groups} group(s) of {group_size} from {model.name}, sync {bool(sync)}"
+    )
     started = time.perf_counter()
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=_env(), timeout=3600)
-    (work / "logs" / "grpo.log").write_text(done.stderr)
+    log_path = logs / f"{out_dir.name}.log"
+    with log_path.open("w") as log:
+        done = subprocess.run(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
     if done.returncode != 0:
-        raise RuntimeError(f"trl_grpo.py failed:\n{done.stderr[-4000:]}")
+        raise RuntimeError(f"trl_grpo.py failed:\n{log_path.read_text()[-4000:]}")
     report = json.loads((out_dir / "rollwire_report.json").read_text())
-    (log,) = [e for e in report["log_history"] if "loss" in e]
+    report["wall_s"] = round(time.perf_counter() - started, 1)
+    return report
+
+
+def step_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per GRPO step: rollwire's numbers beside TRL's logged loss and grad norm."""
+    logged = {e["step"]: e for e in report["log_history"] if "loss" in e}
+    rows = []
+    for entry in report["steps"]:
+        k = entry["step"]
+        rewards = entry["rewards"]
+        agree = entry.get("logprob_agreement") or {}
+        drift = entry.get("previous_step_agreement") or {}
+        sync = entry.get("sync") or {}
+        trl = logged.get(k + 1, {})  # TRL logs step k's update as global step k + 1
+        rows.append(
+            {
+                "step": k,
+                "rewards": rewards,
+                "mean_reward": sum(r or 0.0 for r in rewards) / len(rewards),
+                "answered": sum(r is not None for r in rewards) / len(rewards),
+                "groups_with_signal": entry["groups_with_signal"],
+                "weight_versions": sorted({str(v) for v in entry["weight_versions"]}),
+                "agreement_max": agree.get("max_abs_diff"),
+                "agreement_mean": agree.get("mean_abs_diff"),
+                "agreement_tokens": agree.get("tokens"),
+                "previous_step_max": drift.get("max_abs_diff"),
+                "previous_step_mean": drift.get("mean_abs_diff"),
+                "sync_paused_s": sync.get("paused_s"),
+                "sync_total_s": sync.get("total_s"),
+                "loss": trl.get("loss"),
+                "grad_norm": trl.get("grad_norm"),
+            }
+        )
+    return rows
+
+
+def grpo_step(
+    args: argparse.Namespace, server: str, llm: str, model: Path, work: Path, key: str
+) -> dict:
+    """``--grpo-steps`` GRPO steps from the warmed model, sampled by its engine (weights synced
+    into it unless ``--no-sync``)."""
+    report = grpo(
+        server=server, llm=llm, model=model, out_dir=work / "grpo", logs=work / "logs",
+        steps=args.grpo_steps, group_size=args.grpo_group, groups=1, learning_rate=1e-5,
+        temperature=args.grpo_temperature, max_tokens=args.max_tokens,
+        task_config=args.grpo_task_config,
+        sync=None if args.no_sync else {"key": key, "checkpoints": str(work / "weights")},
+    )  # fmt: skip
+    steps = step_rows(report)
     return {
         "temperature": args.grpo_temperature,
-        "rewards": report["steps"][0]["rewards"],
-        "mean_reward": log.get("reward"),
-        "reward_std": log.get("reward_std"),
-        "loss": log["loss"],
-        "grad_norm": log.get("grad_norm"),
+        "task_config": json.loads(args.grpo_task_config),
+        "sync": not args.no_sync,
+        "steps": steps,
+        "rewards": steps[0]["rewards"],
+        "loss": steps[0]["loss"],
+        "grad_norm": steps[0]["grad_norm"],
         "step0_logprob_agreement": report.get("step0_logprob_agreement"),
-        "wall_s": round(time.perf_counter() - started, 1),
+        "rollout_stats": report.get("rollout_stats"),
+        "wall_s": report["wall_s"],
     }
 
 
@@ -401,7 +496,7 @@ def main(args: argparse.Namespace) -> int:
     work = (ROOT / args.work).resolve() if not Path(args.work).is_absolute() else Path(args.work)
     logs = work / "logs"
     data_dir = work / "collections"
-    for stale in ("collections", "sft", "student", "sft-run", "grpo"):
+    for stale in ("collections", "sft", "student", "sft-run", "grpo", "weights"):
         shutil.rmtree(work / stale, ignore_errors=True)
     logs.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {
@@ -449,23 +544,29 @@ def main(args: argparse.Namespace) -> int:
             # 4. SFT
             student = work / "student"
             results["sft"] = fine_tune(args, base, work / "sft", student, logs)
-            # 5. after (and 6. GRPO from the warmed model, on its engine)
-            with engine(student, logs, "engine-student") as url:
+            # 5. after (and 6. GRPO from the warmed model, on its engine, weights synced)
+            key = secrets.token_urlsafe(16)
+            (work / "weights").mkdir()
+            extra = ("--admin-key", key, "--weights-root", str(work / "weights"))
+            with engine(student, logs, "engine-student", *extra) as url:
                 results["student_engine"], results["after"] = held_out_eval(
                     args, client, url, data_dir, logs, "student"
                 )
                 if not args.no_grpo:
-                    results["grpo"] = grpo_step(args, server, url, student, work)
+                    results["grpo"] = grpo_step(args, server, url, student, work, key)
     results["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     record(Path(args.results), results)
     print(table(results["before"], results["after"]))
-    if "grpo" in results:
-        g = results["grpo"]
-        agree = g["step0_logprob_agreement"] or {}
+    for row in (results.get("grpo") or {}).get("steps", []):
         print(
-            f"GRPO step from the warmed model: rewards {g['rewards']}, loss {g['loss']:.4g}, "
-            f"grad norm {g['grad_norm']:.4g}; TRL vs engine logprobs over {agree.get('tokens')} "
-            f"tokens: mean |diff| {agree.get('mean_abs_diff')}, max {agree.get('max_abs_diff')}"
+            f"GRPO step {row['step']} (weights {','.join(row['weight_versions'])}): rewards "
+            f"{row['rewards']}, loss {row['loss']}, grad norm {row['grad_norm']}; TRL vs engine "
+            f"logprobs over {row['agreement_tokens']} tokens: max |diff| {row['agreement_max']}"
+            + (
+                f"; the previous step's under these weights: max {row['previous_step_max']}"
+                if row["previous_step_max"] is not None
+                else ""
+            )
         )
     print(f"results: {args.results}")
     return 0

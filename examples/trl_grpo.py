@@ -19,20 +19,26 @@ Training samples from ``--vllm-server``: a vLLM OpenAI server started for TRL's 
 (``VLLM_SERVER_DEV_MODE=1 vllm serve MODEL --weight-transfer-config '{"backend": "nccl"}'
 --logprobs-mode processed_logprobs``) plus ``--return-tokens-as-token-ids`` and a tool-call
 parser for rollwire. GRPOTrainer pushes the current weights to it before each batch of
-rollouts, and rollwire's agents call the same server's ``/v1``, so every rollout samples the
-current policy. Without ``--vllm-server``, rollouts sample ``--llm-url`` (or the rollwire
-server's default engine) and nothing updates that engine: exact for the first step (the engine
-serves the weights being trained), stale after it. On a CPU, from a warmed checkpoint
-(``examples/sft_warmup.py``) served by ``rollwire engine --model DIR``:
+rollouts (``--sync version_only`` then names each push's version, so the captured turns say
+which step sampled them), and rollwire's agents call the same server's ``/v1``, so every
+rollout samples the current policy. On a CPU, from a warmed checkpoint
+(``examples/sft_warmup.py``) served by ``rollwire engine --model DIR --admin-key KEY
+--weights-root CKPTS``, ``--sync disk`` pushes the trainer's weights into that engine before
+each batch (``rollwire.trl.WeightSync``):
 
     python examples/trl_grpo.py --server http://127.0.0.1:8400/mcp --model DIR \\
-        --llm-url http://127.0.0.1:8000/v1 --task reasoning_gym:chain_sum \\
-        --task-config '{"min_terms": 2, "max_terms": 3}' --group-size 4 --max-steps 1
+        --llm-url http://127.0.0.1:8000/v1 --sync disk --engine-admin-key KEY \\
+        --checkpoint-dir CKPTS --task reasoning_gym:chain_sum \\
+        --task-config '{"min_terms": 2, "max_terms": 3}' --group-size 4 --max-steps 20
 
-``--answer-mode text`` (or ``either``) gets rewards from a policy that answers in prose. At step
-0 TRL's own per-token logprobs of the captured completions are compared with the engine's
-(mean and max |diff| over the env_mask positions), on stderr and in
-``<output-dir>/rollwire_report.json`` with TRL's logged metrics.
+Without a sync nothing updates the engine: exact for the first step (the engine serves the
+weights being trained), stale after it. ``--answer-mode text`` (or ``either``) gets rewards
+from a policy that answers in prose. TRL's own per-token logprobs of the captured completions
+are compared with the engine's (mean and max |diff| over the env_mask positions) at step 0, or
+at every step with ``--agreement every`` (then also the previous step's completions under the
+current weights: the drift a trainer without sync would train on); on stderr and in
+``<output-dir>/rollwire_report.json`` with TRL's logged metrics, each step's rewards, groups
+with signal, weight versions and sync times.
 
 Checked against TRL 1.16.0 (``GRPOTrainer(rollout_func=...)``: ``rollout_func(prompts,
 trainer)`` gets each prompt ``num_generations`` times in a row, needs ``prompt_ids``,
@@ -53,19 +59,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rollwire.trl import make_rollout_func, reward_from_rollout, task_dataset
-
-REQUIRED = ("prompt_ids", "completion_ids", "logprobs")
-FORWARDED = (
-    "env_mask",
-    "reward",
-    "rewards",
-    "ok",
-    "rollout_id",
-    "sequences_total",
-    "seed",
-    "error",
+from rollwire.trl import (
+    EXTRA_KEYS,
+    REQUIRED_KEYS,
+    make_rollout_func,
+    reward_from_rollout,
+    task_dataset,
 )
+
+REQUIRED = REQUIRED_KEYS
+FORWARDED = (*EXTRA_KEYS, "error", "stale")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -99,10 +102,43 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     train.add_argument("--learning-rate", type=float, default=1e-6)
     train.add_argument("--output-dir", default="runs/trl-grpo", help="checkpoints and state")
     train.add_argument(
+        "--agreement",
+        choices=["first", "every", "none"],
+        default="first",
+        help="compare TRL's logprobs of the captured completions with the engine's at step 0 "
+        "(first, default), at every step (also the previous step's completions under the "
+        "current weights), or never; one forward pass per rollout each time",
+    )
+    train.add_argument(
         "--no-agreement",
-        action="store_true",
-        help="skip the step-0 check of TRL's logprobs of the captured completions against the "
-        "engine's (it costs one forward pass per rollout)",
+        dest="agreement",
+        action="store_const",
+        const="none",
+        help="= --agreement none",
+    )
+    train.add_argument(
+        "--sync",
+        choices=["disk", "http", "vllm_reload", "version_only"],
+        help="push the trainer's weights into the engine before each batch of rollouts "
+        "(rollwire.trl.WeightSync): disk (a checkpoint in --checkpoint-dir), http (in the "
+        "requests), vllm_reload (vLLM on CPU), version_only (TRL's vLLM server mode moved them)",
+    )
+    train.add_argument(
+        "--engine-admin-key",
+        default=os.environ.get("ROLLWIRE_ENGINE_ADMIN_KEY"),
+        help="the engine's --admin-key (weight-sync routes)",
+    )
+    train.add_argument("--checkpoint-dir", help="--sync disk/vllm_reload: where pushes are saved")
+    train.add_argument(
+        "--max-staleness",
+        type=int,
+        help="drop samples more than this many optimizer steps behind the trainer",
+    )
+    train.add_argument(
+        "--dataset-size",
+        type=int,
+        help="prompts in the training dataset (the task references repeated; default: enough "
+        "for --max-steps)",
     )
     return p.parse_args(argv)
 
@@ -111,7 +147,9 @@ def say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def build(args: argparse.Namespace, pad_token_id: int = 0) -> tuple[Callable[..., Any], list[str]]:
+def build(
+    args: argparse.Namespace, pad_token_id: int = 0, weight_sync: Any = None
+) -> tuple[Callable[..., Any], list[str]]:
     """The rollout_func and the task references (the dataset's prompts)."""
     headers = {"Authorization": f"Bearer {args.token}"} if args.token else None
     if args.task:
@@ -139,6 +177,8 @@ def build(args: argparse.Namespace, pad_token_id: int = 0) -> tuple[Callable[...
         pad_token_id=pad_token_id,
         answer_mode=args.answer_mode,
         task_config=json.loads(args.task_config) if args.task_config else None,
+        weight_sync=weight_sync,
+        max_staleness=getattr(args, "max_staleness", None),
     )
     return rollout_func, refs
 
@@ -211,6 +251,14 @@ def check(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+def groups_with_signal(rewards: list[float | None], group_size: int) -> float:
+    """The share of GRPO groups whose rewards differ (the others have zero advantage: no
+    gradient); a missing reward does not count as a value."""
+    groups = [rewards[g : g + group_size] for g in range(0, len(rewards), group_size)]
+    live = [len({r for r in group if r is not None}) > 1 for group in groups]
+    return sum(live) / len(live) if live else 0.0
+
+
 def logprob_agreement(trainer: Any, out: dict[str, list[Any]]) -> dict[str, Any]:
     """TRL's own per-token logprobs of the captured completions (its
     ``_get_per_token_logps_and_entropies``, at its temperature, on the model it is about to
@@ -255,35 +303,77 @@ def train(args: argparse.Namespace) -> int:
         say("no --vllm-server: rollouts sample an engine that training never updates")
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    rollout_func, refs = build(args, pad_token_id=pad)
+    weight_sync = None
+    if args.sync:
+        from rollwire.trl import WeightSync
 
-    report: dict[str, Any] = {"steps": []}
+        engine = args.vllm_server or args.llm_url
+        if not engine:
+            say("--sync needs the engine: --llm-url or --vllm-server")
+            return 2
+        weight_sync = WeightSync(
+            engine,
+            transfer=args.sync,
+            admin_key=args.engine_admin_key,
+            checkpoint_dir=args.checkpoint_dir,
+        )
+    rollout_func, refs = build(args, pad_token_id=pad, weight_sync=weight_sync)
+
+    report: dict[str, Any] = {"steps": [], "sync": args.sync}
+    previous: dict[str, Any] = {}  # the last step's rows: scored again under the new weights
 
     def logged_rollouts(prompts: list[Any], trainer: Any = None) -> dict[str, list[Any]]:
+        pushes = len(weight_sync.history) if weight_sync else 0
         out = rollout_func(prompts, trainer)
         rewards = [r for r in out["reward"] if r is not None]
         mean = f"{sum(rewards) / len(rewards):.3f}" if rewards else "-"
         step = trainer.state.global_step if trainer is not None else "-"
+        versions = sorted({str(v) for v in out["weight_version"]})
         say(
             f"step {step}: {len(prompts)} rollouts, {sum(not ok for ok in out['ok'])} failed, "
             f"mean reward {mean}, prompt tokens {sum(len(p) for p in out['prompt_ids'])}, "
             f"completion tokens {sum(len(m) for m in out['env_mask'])}, "
-            f"trainable tokens {sum(sum(m) for m in out['env_mask'])}"
+            f"trainable tokens {sum(sum(m) for m in out['env_mask'])}, weights {versions}"
         )
-        report["steps"].append(
-            {"step": step, "rewards": out["reward"], "failed": sum(not ok for ok in out["ok"])}
-        )
-        if trainer is not None and step == 0 and not args.no_agreement:
+        entry: dict[str, Any] = {
+            "step": step,
+            "rewards": out["reward"],
+            "failed": sum(not ok for ok in out["ok"]),
+            "groups_with_signal": groups_with_signal(out["reward"], args.group_size),
+            "weight_versions": out["weight_version"],
+            "stale": sum(out["stale"]),
+        }
+        if weight_sync and len(weight_sync.history) > pushes:
+            entry["sync"] = vars(weight_sync.history[-1])
+        every = args.agreement == "every"
+        if trainer is not None and (every or (args.agreement == "first" and step == 0)):
             agreement = logprob_agreement(trainer, out)
-            report["step0_logprob_agreement"] = agreement
+            entry["logprob_agreement"] = agreement
+            if step == 0:
+                report["step0_logprob_agreement"] = agreement
             if agreement["tokens"]:
                 say(
-                    f"step 0: TRL's logprobs of the {agreement['tokens']} sampled tokens vs the "
-                    f"engine's: mean |diff| {agreement['mean_abs_diff']:.2e}, "
+                    f"step {step}: TRL's logprobs of the {agreement['tokens']} sampled tokens vs "
+                    f"the engine's: mean |diff| {agreement['mean_abs_diff']:.2e}, "
                     f"max |diff| {agreement['max_abs_diff']:.2e} nats"
                 )
+            if every and previous:
+                drift = logprob_agreement(trainer, previous)
+                entry["previous_step_agreement"] = drift
+                if drift["tokens"]:
+                    say(
+                        f"step {step}: the previous step's completions under these weights: "
+                        f"mean |diff| {drift['mean_abs_diff']:.2e}, max "
+                        f"{drift['max_abs_diff']:.2e} nats (what training on them would see)"
+                    )
+            previous.clear()
+            previous.update(out)
+        report["steps"].append(entry)
         return out
 
+    batch = args.batch_size or args.group_size
+    size = args.dataset_size or max(1, args.max_steps * batch // args.group_size)
+    prompts = [refs[i % len(refs)] for i in range(max(size, len(refs)))]
     config = GRPOConfig(
         output_dir=args.output_dir,
         num_generations=args.group_size,
@@ -305,13 +395,16 @@ def train(args: argparse.Namespace) -> int:
         processing_class=tokenizer,
         reward_funcs=reward_from_rollout,
         args=config,
-        train_dataset=datasets.Dataset.from_dict({"prompt": refs}),
+        train_dataset=datasets.Dataset.from_dict({"prompt": prompts}),
         rollout_func=logged_rollouts,
     )
     try:
         trainer.train()
     finally:
         rollout_func.close()  # type: ignore[attr-defined]
+        if weight_sync is not None:
+            weight_sync.close()
+    report["rollout_stats"] = dict(rollout_func.stats)  # type: ignore[attr-defined]
     trainer.save_state()  # trainer_state.json: TRL's logged metrics per step
     trainer.save_model()
     report["log_history"] = trainer.state.log_history

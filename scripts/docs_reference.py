@@ -371,6 +371,8 @@ DOCUMENT_NOTES: dict[str, dict[str, str]] = {
         "trainable_sequences": "sequences with at least one loss target",
         "trainable_tokens": "loss targets over all sequences",
         "token_in": "calls per token-in mode: `rendered`, `spliced`, `fallback:<reason>`",
+        "weight_versions": "the engine weight versions that sampled the agent's calls, in the "
+        "order first seen (more than one: a `weight_versions_mixed` finding)",
     },
     "TurnRecord": {
         "node_id": "this call's id in the graph",
@@ -409,6 +411,9 @@ DOCUMENT_NOTES: dict[str, dict[str, str]] = {
         "drift": "how many positions the canonical render would have differed",
         "top_logprobs": "per completion position, the engine's top candidates as `[id, logprob]` "
         "pairs, when the agent asked for them; for inspection only",
+        "weight_version": "the engine weights that sampled this call (`GET /weight_info` read "
+        "before and after it, or the version a trainer announced); null when unknown, or when "
+        "it changed during the call (then the call is masked: `weight_version_changed`)",
     },
     "TrainingSequence": {
         "sequence_id": "the sequence's id",
@@ -428,6 +433,7 @@ DOCUMENT_NOTES: dict[str, dict[str, str]] = {
         "start": "first position in `input_ids`",
         "end": "one past the last",
         "trainable": "its tokens are loss targets",
+        "weight_version": "the engine weights that sampled them (null: unknown)",
     },
     "Finding": {
         "level": "`FATAL`, `WARN` or `INFO`",

@@ -14,8 +14,10 @@ from rollwire.server.mcp_app import ServerState, build_server, http_app
 from rollwire.tools.rollouts import LLMSpec
 from rollwire.trl import (
     REQUIRED_KEYS,
+    announce_weight_version,
     choose_sequence,
     make_rollout_func,
+    policy_step,
     reward_from_rollout,
     row_of,
     task_dataset,
@@ -183,3 +185,94 @@ def test_importing_rollwire_trl_pulls_in_neither_torch_nor_trl():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+class _Trainer:
+    """What rollout_func reads of a TRL trainer: its step."""
+
+    def __init__(self, step: int) -> None:
+        self.state = type("State", (), {"global_step": step})()
+
+
+def test_rows_carry_the_weight_version_that_sampled_them(server, fake):
+    vllm, _ = fake
+    url, _ = server
+    vllm.behavior.update(weight_version="step-5")
+    rollout_func = make_rollout_func(url, limits={"max_turns": 2})
+    try:
+        out = rollout_func([CHAIN, CHAIN], None)
+    finally:
+        rollout_func.close()
+        vllm.behavior.update(weight_version="default")
+    assert out["weight_version"] == ["step-5", "step-5"]
+    assert out["weight_versions"] == [["step-5"], ["step-5"]]
+    assert out["stale"] == [False, False]
+
+
+@pytest.mark.parametrize("policy", ["drop", "flag"])
+def test_max_staleness_drops_or_flags_rows_behind_the_trainer(server, fake, policy):
+    vllm, _ = fake
+    url, _ = server
+    vllm.behavior.update(weight_version="step-1")
+    rollout_func = make_rollout_func(url, limits={"max_turns": 2}, max_staleness=2, stale=policy)
+    try:
+        fresh = rollout_func([CHAIN], _Trainer(3))  # 2 steps behind: within the bound
+        old = rollout_func([CHAIN, CHAIN], _Trainer(4))  # 3 steps behind
+    finally:
+        rollout_func.close()
+        vllm.behavior.update(weight_version="default")
+    check_trl_contract(old, 2)
+    assert fresh["stale"] == [False] and sum(fresh["env_mask"][0]) > 0
+    assert old["stale"] == [True, True] and old["weight_version"] == ["step-1", "step-1"]
+    if policy == "drop":
+        assert all(sum(m) == 0 for m in old["env_mask"]) and old["reward"] == [None, None]
+        assert "3 step(s) behind (max_staleness=2)" in old["error"][0]
+    else:
+        assert all(sum(m) > 0 for m in old["env_mask"])
+    stats = rollout_func.stats
+    assert stats["samples"] == 3 and stats["stale"] == 2
+    assert stats["dropped"] == (2 if policy == "drop" else 0)
+
+
+def test_a_row_of_no_known_version_counts_as_stale(server, fake):
+    vllm, _ = fake
+    url, _ = server
+    vllm.behavior.update(weight_version="not-a-step")
+    rollout_func = make_rollout_func(url, limits={"max_turns": 2}, max_staleness=5)
+    try:
+        out = rollout_func([CHAIN], _Trainer(0))
+    finally:
+        rollout_func.close()
+        vllm.behavior.update(weight_version="default")
+    assert out["stale"] == [True] and "of no known step" in out["error"][0]
+    assert rollout_func.stats["unknown_version"] == 1
+
+
+def test_policy_step_reads_the_step_a_version_names():
+    assert [policy_step(v) for v in ("step-12", "12", "ckpt_7", "default")] == [12, 12, 7, 0]
+    assert policy_step("latest") is None and policy_step(None) is None
+
+
+def test_an_announced_version_reaches_rollouts_on_an_engine_without_weight_info():
+    quiet = FakeVLLM(tool_call_every_turn=True, weight_version=None)
+    with serve_in_thread(quiet.app) as engine_root:
+        state = ServerState(default_llm=LLMSpec(url=engine_root + "/v1"))
+        with serve_in_thread(http_app(build_server(state), token="tok")) as root:
+            headers = {"Authorization": "Bearer tok"}
+            rollout_func = make_rollout_func(
+                root + "/mcp", headers=headers, limits={"max_turns": 1}
+            )
+            try:
+                before = rollout_func([CHAIN], None)
+                said = announce_weight_version(root + "/mcp", "step-9", headers=headers)
+                after = rollout_func([CHAIN], None)
+                with pytest.raises(RuntimeError, match="401"):
+                    announce_weight_version(root + "/mcp", "step-10")  # no token
+            finally:
+                rollout_func.close()
+    assert before["weight_version"] == [None]
+    assert (
+        said["weight_version"] == "step-9"
+        and said["endpoints"][0]["engine_reports_version"] is False
+    )
+    assert after["weight_version"] == ["step-9"]

@@ -73,6 +73,8 @@ class RolloutResult(BaseModel):
     tools: list[dict[str, Any]] | None = None
     atif: Literal["match", "MISMATCH", "none"] = "none"
     timings: dict[str, float] = Field(default_factory=dict)
+    # The weight versions that sampled the agent's calls, in order (unknown ones left out).
+    weight_versions: list[str] = Field(default_factory=list)
     # Where the harness left its own records (Harbor trials), and what went wrong, by type.
     exception_type: str | None = None
     trial_dir: str | None = None
@@ -158,6 +160,7 @@ def summarise(
         result.n_roots = document.stats.roots
         result.n_trainable_sequences = document.stats.trainable_sequences
         result.n_trainable_tokens = document.stats.trainable_tokens
+        result.weight_versions = list(document.stats.weight_versions)
         if include_sequences:
             result.sequences = document.sequences
             result.turns = document.turns

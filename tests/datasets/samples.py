@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rollwire.capture.export import Role, TrainingSequence
+from rollwire.capture.export import Role, TrainingSequence, TurnSpan
 from rollwire.capture.findings import warn
 from rollwire.capture.rollout import CaptureLevel, RolloutType
 from rollwire.datasets.records import EpisodeRecord, group_id, group_index
@@ -14,7 +14,8 @@ from rollwire.result import RolloutResult
 def make_result(
     *, task: str = "chain_sum", reward: float | None = 1.0, n_prompt: int = 4, n_sampled: int = 3
 ) -> RolloutResult:
-    """A train rollout with one trainable agent sequence and one discarded retry."""
+    """A train rollout with one trainable agent sequence (sampled by weights ``step-3``) and
+    one discarded retry."""
     ids = list(range(100, 100 + n_prompt + n_sampled))
     mask = [0] * n_prompt + [1] * n_sampled
     lps = [0.0] * n_prompt + [-0.25 * (k + 1) for k in range(n_sampled)]
@@ -26,7 +27,15 @@ def make_result(
         input_ids=ids,
         loss_mask=mask,
         logprobs=lps,
-        turn_spans=[],
+        turn_spans=[
+            TurnSpan(
+                node_id="n2",
+                start=n_prompt,
+                end=n_prompt + n_sampled,
+                trainable=True,
+                weight_version="step-3",
+            )
+        ],
         n_trainable_tokens=n_sampled,
     )
     retry = agent.model_copy(
@@ -47,6 +56,7 @@ def make_result(
         stop_reason="done",
         sequences=[retry, agent],
         timings={"total_s": 1.5},
+        weight_versions=["step-3"],
     )
 
 

@@ -12,7 +12,7 @@ import datasets
 import pytest
 
 from rollwire.collect.collection import CollectConfig, collect
-from rollwire.datasets.export import ExportError
+from rollwire.datasets.export import ExportError, export_collection
 from rollwire.datasets.sft import export_sft, sft_messages, split_of
 from rollwire.datasets.store import EpisodeStore
 from rollwire.server import cli
@@ -27,7 +27,8 @@ TASK = "reasoning_gym:chain_sum"
 
 @pytest.fixture(scope="module")
 def fake_url() -> Iterator[str]:
-    with serve_in_thread(FakeVLLM(tool_call_every_turn=True).app) as url:
+    # the engine's GET /weight_info names the weights serving: every record must carry it
+    with serve_in_thread(FakeVLLM(tool_call_every_turn=True, weight_version="step-2").app) as url:
         yield url + "/v1"
 
 
@@ -79,6 +80,27 @@ def test_token_tier_rows_carry_the_captured_ids_and_loss_mask_verbatim(collectio
         assert row["input_ids"] == seq["input_ids"]
         assert row["assistant_masks"] == seq["loss_mask"]
         assert sum(row["assistant_masks"]) > 0
+
+
+def test_every_export_format_names_the_weights_that_sampled_it(collection, tmp_path):
+    """The engine's weight version, captured per turn, reaches the episode records, both rows
+    and sequences of the Parquet and JSONL export, and the SFT rows."""
+    assert {tuple(e["weight_versions"]) for e in episodes(collection)} == {("step-2",)}
+    export_collection(collection, tmp_path / "flat")
+    for kind, files in (("parquet", "train-*.parquet"), ("json", "train.jsonl")):
+        rows = datasets.load_dataset(
+            kind,
+            data_files=str(tmp_path / "flat" / files),
+            split="train",
+            cache_dir=str(tmp_path / "hf"),
+        )
+        assert rows.num_rows == 12 and set(map(tuple, rows["weight_versions"])) == {("step-2",)}
+        for row in rows:
+            agent = [s for s in row["sequences"] if s["role"] == "agent"]
+            assert agent and all(set(s["weight_versions"]) == {"step-2"} for s in agent)
+    export_sft(collection, tmp_path / "sft", eval_fraction=0.0)
+    sft = load(tmp_path / "sft", tmp_path / "hf-sft")["train"]
+    assert set(map(tuple, sft["weight_versions"])) == {("step-2",)}
 
 
 def test_messages_are_conversational_with_tool_calls_as_objects_and_tools(collection, tmp_path):

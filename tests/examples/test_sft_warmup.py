@@ -1,13 +1,16 @@
 """``examples/sft_warmup.py --quick`` as shipped, for real: the scripted teacher collected through
 a ``rollwire serve --http`` process, ``export --format sft``, ``rollwire convert``, TRL's
 SFTTrainer on CPU, ``rollwire engine --model`` before and after (certified and parity-checked),
-held-out evaluation through MCP, and one GRPO step of ``examples/trl_grpo.py`` from the warmed
-model. No mocks: torch, TRL, the engine and the MCP server all run (a few minutes)."""
+held-out evaluation through MCP, and two GRPO steps of ``examples/trl_grpo.py`` from the warmed
+model with its weights pushed into the engine between them. No mocks: torch, TRL, the engine
+and the MCP server all run (a few minutes)."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -24,13 +27,20 @@ def warmup(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict]:
     tmp = tmp_path_factory.mktemp("warmup")
     results = tmp / "results.json"
     argv = [sys.executable, str(ROOT / "examples" / "sft_warmup.py"), "--quick"]
-    done = subprocess.run(
-        [*argv, "--work", str(tmp / "work"), "--results", str(results)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
+    argv += ["--work", str(tmp / "work"), "--results", str(results)]
+    # A session of its own: on a timeout the whole group goes (the engines and the server the
+    # script started would outlive it otherwise).
+    proc = subprocess.Popen(
+        argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        stdout, stderr = proc.communicate(timeout=2400)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"sft_warmup.py --quick did not finish in 2400 s:\n{stderr[-6000:]}")
+    done = subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
     assert done.returncode == 0, done.stderr[-6000:]
     (run,) = json.loads(results.read_text())["runs"]
     assert run["quick"] is True
@@ -70,15 +80,31 @@ def test_the_teacher_data_and_both_engines_are_what_they_claim(warmup):
         assert engine["parity"] == "PASS" and engine["parity_honest_max_abs"] <= 1e-3
 
 
-def test_one_grpo_step_from_the_warmed_model(warmup):
+def test_grpo_rows_name_the_weights_being_trained(warmup):
+    """The trainer pushed its weights into the engine before each batch: every row of step k
+    was sampled by version ``step-k``, and TRL's own logprobs of the captured completions equal
+    the engine's at every step, the second (after a sync) included."""
     _, results = warmup
     grpo = results["grpo"]
-    assert len(grpo["rewards"]) == 4
-    assert any(r is not None for r in grpo["rewards"])  # the warmed model calls the tool
-    assert math.isfinite(grpo["loss"]) and math.isfinite(grpo["grad_norm"])
-    numbers = {r for r in grpo["rewards"] if r is not None}
-    if len(numbers) > 1:  # GRPO's advantages are zero when every sample scored the same
-        assert grpo["grad_norm"] > 0
-    agreement = grpo["step0_logprob_agreement"]
-    assert agreement["tokens"] > 0
-    assert agreement["max_abs_diff"] < 1e-3  # the trainer and the engine agree on the samples
+    assert grpo["sync"] is True
+    steps = grpo["steps"]
+    assert [s["weight_versions"] for s in steps] == [["step-0"], ["step-1"]]
+    assert grpo["rollout_stats"]["pushes"] == 2
+    for step in steps:
+        assert len(step["rewards"]) == 8 and any(r is not None for r in step["rewards"])
+        assert math.isfinite(step["loss"]) and math.isfinite(step["grad_norm"])
+        assert step["agreement_tokens"] > 0
+        assert step["agreement_max"] <= 1e-3  # the trainer and the engine agree on the samples
+
+
+def test_the_first_steps_samples_are_off_policy_for_the_updated_weights(warmup):
+    """Step 0's completions scored by the weights after step 0's update: they differ exactly when
+    the update moved the weights (a group with signal); without the sync these are the numbers a
+    trainer would take for its policy's at step 1."""
+    _, results = warmup
+    first, second = results["grpo"]["steps"]
+    assert second["previous_step_max"] is not None
+    if first["grad_norm"] > 0:
+        assert second["previous_step_max"] > 1e-3
+    else:  # every group's rewards were equal: zero advantage, the weights did not move
+        assert first["groups_with_signal"] == 0.0 and second["previous_step_max"] <= 1e-3

@@ -412,6 +412,14 @@ class Behavior:
     invalid_json: bool = False
     """200 whose body is not JSON (for a stream, an SSE ``data:`` line that is not JSON)."""
 
+    # weight versions (vLLM's RL routes)
+    weight_version: str | None = "default"
+    """What ``GET /weight_info`` reports (vLLM: ``"default"`` before any update); None: the
+    route answers 404, as an engine that does not report its weights (SGLang mode always)."""
+    swap_weight_version_during_call: str | None = None
+    """The next chat request sets ``weight_version`` to this while it is being served (after
+    its start, before its reply), as a weight update during a call does; then it is cleared."""
+
     # scripting
     scripted_replies: list[str] = field(default_factory=list)
     """Reply texts consumed one per successful chat request, in order (``n`` choices all get the
@@ -762,6 +770,8 @@ class FakeVLLM:
                 Route("/detokenize", self._detokenize, methods=["POST"]),
                 Route("/health", self._health, methods=["GET"]),
                 Route("/version", self._version, methods=["GET"]),
+                Route("/weight_info", self._weight_info, methods=["GET"]),
+                Route("/update_weight_version", self._update_weight_version, methods=["POST"]),
                 Route("/_fake/behavior", self._get_behavior, methods=["GET"]),
                 Route("/_fake/behavior", self._set_behavior, methods=["POST"]),
                 Route("/_fake/reset", self._reset, methods=["POST"]),
@@ -1244,6 +1254,11 @@ class FakeVLLM:
 
     async def _complete(self, body: Any) -> tuple[Response, bool]:
         b = self.behavior
+        if b.swap_weight_version_during_call is not None:
+            b.weight_version, b.swap_weight_version_during_call = (
+                b.swap_weight_version_during_call,
+                None,
+            )
         sglang = b.engine == "sglang"
         body = self._check_body(body)
         messages = body.get("messages")
@@ -1840,6 +1855,17 @@ class FakeVLLM:
     async def _version(self, request: Request) -> Response:
         return _json({"version": SYSTEM_FINGERPRINT.split("-")[1]})
 
+    async def _weight_info(self, request: Request) -> Response:
+        b = self.behavior
+        if b.weight_version is None or b.engine == "sglang":
+            return _json({"detail": "Not Found"}, 404)
+        return _json({"weight_version": b.weight_version})
+
+    async def _update_weight_version(self, request: Request) -> Response:
+        body = json.loads(await request.body())
+        self.behavior.weight_version = body["new_version"]
+        return _json({"success": True, "new_version": body["new_version"]})
+
     async def _get_behavior(self, request: Request) -> Response:
         return _json(self.behavior.to_dict())
 
@@ -1897,6 +1923,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--max-model-len", type=int, default=DEFAULT_MAX_MODEL_LEN)
     parser.add_argument("--served-model-name", nargs="+", default=[DEFAULT_MODEL])
     parser.add_argument("--raw-logprobs", action="store_true")
+    parser.add_argument(
+        "--no-weight-info", action="store_true", help="GET /weight_info answers 404"
+    )
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
     app = create_fake_vllm(
@@ -1904,6 +1933,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         reply_tokens=args.reply_tokens,
         served_models=list(args.served_model_name),
         raw_logprobs=args.raw_logprobs,
+        weight_version=None if args.no_weight_info else "default",
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
 

@@ -106,6 +106,14 @@ class Certification(BaseModel):
     close_token_id: int | None = Field(
         default=None, description="the token the model ends its turn with (seen at a stop)"
     )
+    weight_info: bool = Field(
+        default=False,
+        description="the engine reports the version of the weights it serves (vLLM's GET "
+        "/weight_info): the capture proxy reads it around every call and records it per turn",
+    )
+    weight_version: str | None = Field(
+        default=None, description="the version GET /weight_info reported at certification"
+    )
     findings: list[Finding] = Field(default_factory=list)
     elapsed_s: float = 0.0
 
@@ -361,6 +369,20 @@ async def _certify(upstream: Upstream, model: str | None, probe_tools: bool) -> 
             "token prefix and a re-tokenised reply starts a new sequence"
         )
         cert.findings.append((info if level == "INFO" else warn)("token_in", message))
+    cert.weight_info, cert.weight_version = await probe_weight_info(upstream)
+    cert.findings.append(
+        info(
+            "weight_version",
+            f"the engine reports its weight version (GET /weight_info: {cert.weight_version!r}): "
+            "every captured call records the version that sampled it",
+        )
+        if cert.weight_info
+        else info(
+            "weight_version",
+            "the engine does not report a weight version (no GET /weight_info): captured calls "
+            "record the version a trainer announces (POST /weight_version), else none",
+        )
+    )
     cert.param_fixes = prober.fixes
     for fix in prober.fixes:
         msg = f"the endpoint rejected {fix.param!r}; it is dropped from every request ({fix.provider_message})"
@@ -372,6 +394,17 @@ async def _certify(upstream: Upstream, model: str | None, probe_tools: bool) -> 
     else:
         cert.verdict = Verdict.EVAL_ONLY
     return cert
+
+
+async def probe_weight_info(upstream: Upstream) -> tuple[bool, str | None]:
+    """Does the engine serve vLLM's ``GET /weight_info`` (``{"weight_version": "..."}``), and
+    what does it say now?"""
+    try:
+        data = await upstream.request_json("GET", upstream.root_url + "/weight_info")
+    except UpstreamError:
+        return False, None
+    version = data.get("weight_version") if isinstance(data, dict) else None
+    return (True, version) if isinstance(version, str) else (False, None)
 
 
 async def _probe_token_in(prober: _Prober, model: str) -> tuple[list[str], str | None]:
@@ -527,6 +560,7 @@ def render_table(cert: Certification) -> str:
         "tool calls",
         "param fixes",
         "token-in",
+        "weight version",
         "verdict",
     ]
     row = [
@@ -539,6 +573,7 @@ def render_table(cert: Certification) -> str:
         cert.tool_calls,
         ", ".join(f"drop {f.param}" for f in cert.param_fixes) or "none",
         ",".join(cert.token_in_paths) or "no",
+        cert.weight_version if cert.weight_info else "not reported",
         cert.verdict.value,
     ]
     widths = [max(len(h), len(v)) for h, v in zip(header, row, strict=True)]

@@ -32,12 +32,14 @@ class Role(StrEnum):
 
 
 class TurnSpan(BaseModel):
-    """Where one turn's sampled tokens sit in a sequence: ``input_ids[start:end]``."""
+    """Where one turn's sampled tokens sit in a sequence: ``input_ids[start:end]``, and the
+    weight version that sampled them (None: unknown)."""
 
     node_id: str
     start: int
     end: int
     trainable: bool
+    weight_version: str | None = None
 
 
 class TrainingSequence(BaseModel):
@@ -90,6 +92,9 @@ class TurnRecord(BaseModel):
     # Per completion position, the engine's top candidates as [id, logprob] pairs, when the
     # agent asked for them (top_logprobs): for inspection only.
     top_logprobs: list[list[tuple[int, float]]] | None = None
+    # The engine's weight version that sampled this call (None: unknown, or it changed during
+    # the call, and then the turn is masked).
+    weight_version: str | None = None
 
 
 class RolloutStats(BaseModel):
@@ -107,6 +112,9 @@ class RolloutStats(BaseModel):
     trainable_tokens: int
     # Calls per token-in mode: rendered, spliced, fallback:<reason>.
     token_in: dict[str, int] = Field(default_factory=dict)
+    # The weight versions that sampled this rollout's agent calls, in the order first seen
+    # (unknown ones left out); more than one gets a weight_versions_mixed finding.
+    weight_versions: list[str] = Field(default_factory=list)
 
 
 class RolloutDocument(BaseModel):
@@ -236,7 +244,15 @@ def _sequence(
             lps[start:end] = turn.sampled_logprobs
             if turn.certain is not None:
                 mask[start:end][turn.certain] = 0
-        spans.append(TurnSpan(node_id=node.node_id, start=start, end=end, trainable=ok))
+        spans.append(
+            TurnSpan(
+                node_id=node.node_id,
+                start=start,
+                end=end,
+                trainable=ok,
+                weight_version=turn.weight_version,
+            )
+        )
         findings.extend(f for f in turn.findings if f.level is not Level.INFO)
     n_train = int(mask.sum())
     has_fatal = any(f.level is Level.FATAL for f in findings)
@@ -319,6 +335,16 @@ def export_rollout(
     for turn in turns:
         findings.extend(turn.findings)
     findings.extend(carried.values())
+    versions = weight_versions(turns)
+    if len(versions) > 1:
+        findings.append(
+            warn(
+                "weight_versions_mixed",
+                f"this rollout's calls were sampled by {len(versions)} weight versions "
+                f"{versions} (the engine's weights changed during it): each turn keeps its own "
+                "version and logprobs; a trainer that assumes one policy per rollout must not",
+            )
+        )
     roots = len(graph.roots()) + len(unlinked)
     if not turns:
         findings.append(fatal("no_model_calls", "the rollout captured zero model calls"))
@@ -344,6 +370,7 @@ def export_rollout(
         trainable_sequences=n_trainable,
         trainable_tokens=sum(s.n_trainable_tokens for s in sequences if s.trainable),
         token_in=dict(Counter(t.token_in_mode for t in turns)),
+        weight_versions=versions,
     )
     return RolloutDocument(
         capture_level=level,
@@ -354,6 +381,16 @@ def export_rollout(
         sequences=sequences,
         metadata=dict(metadata or {}),
     )
+
+
+def weight_versions(turns: Iterable[Turn]) -> list[str]:
+    """The known weight versions of the agent (not auxiliary) calls, in the order first seen."""
+    out: list[str] = []
+    for turn in turns:
+        if not turn.auxiliary and turn.weight_version is not None:
+            if turn.weight_version not in out:
+                out.append(turn.weight_version)
+    return out
 
 
 def _check_carried(turns: list[Turn]) -> dict[str, Finding]:
@@ -446,4 +483,5 @@ def _record(
         carried_len=turn.carried_len,
         synthesized_positions=list(turn.synthesized),
         drift=turn.drift,
+        weight_version=turn.weight_version,
     )

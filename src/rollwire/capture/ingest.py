@@ -300,6 +300,12 @@ def ingest_chat_reply(
     if finish == "length":
         msg = "turn cut by the output cap (finish_reason=length): its tokens are real, its ending is not"
         findings.append(warn("truncated_by_length", msg, node_id))
+    elif finish == "abort":
+        msg = (
+            "turn stopped by the engine (finish_reason=abort: a pause for a weight update "
+            "aborted it): its tokens are real, its ending is not"
+        )
+        findings.append(warn("aborted_by_engine", msg, node_id))
     if auxiliary:
         findings.append(
             info("auxiliary_call", "marked auxiliary: context only, never a target", node_id)

@@ -94,6 +94,9 @@ class ProxyConfig:
     # it with a 502 in the caller's dialect, nothing recorded as a turn (error), or pass it on
     # and record the turn masked, never a loss target (mask). See BAD_DATA.
     on_bad_data: BadDataPolicy = "error"
+    # The engine reports the version of the weights it serves (GET /weight_info), as
+    # certification found: read around every call. Else the version a trainer announced.
+    weight_info: bool = False
 
 
 def certified_config(llm_url: str, cert: Certification, **settings: Any) -> ProxyConfig:
@@ -122,6 +125,7 @@ def certified_config(llm_url: str, cert: Certification, **settings: Any) -> Prox
         close_token_id=cert.close_token_id,
         token_in_path=path or (cert.token_in_paths[0] if cert.token_in_paths else None),
         tool_parser=tool_parser,
+        weight_info=cert.weight_info,
         **settings,
     )
 
@@ -546,6 +550,9 @@ class CaptureProxy:
             raise ValueError(f"unknown token_in_path {name!r}; known: {sorted(PATHS)}")
         self.token_path: TokenPath | None = PATHS[name] if config.token_in != "off" else None
         self.instance_id = secrets.token_hex(8)
+        # The weight version a trainer announced (POST /weight_version): what calls record
+        # when the engine does not report its own.
+        self.announced_version: str | None = None
         # The data plane: what an agent calls. A sandbox reaches these routes only, and only
         # with its own session's key (session_app).
         self.data_routes = [
@@ -562,6 +569,7 @@ class CaptureProxy:
                 Route("/sessions/{session_id}", self.get_session, methods=["GET"]),
                 Route("/sessions/{session_id}", self.close_session, methods=["DELETE"]),
                 Route("/sessions/{session_id}/rollout", self.get_rollout, methods=["GET"]),
+                Route("/weight_version", self.weight_version_route, methods=["GET", "POST"]),
             ],
             exception_handlers=_ROUTE_ERRORS,
             lifespan=self._lifespan,
@@ -772,6 +780,7 @@ class CaptureProxy:
         if fitted is not None:
             prepared.findings.append(fitted)
         token_in, send = await self._token_in(session, body, prepared, model)
+        before = await self.read_weight_version()
         try:
             if send is None:
                 reply = await self.upstream.request_json(
@@ -784,6 +793,7 @@ class CaptureProxy:
                 reply = send.path.to_chat(raw, prepared.upstream, self.parsers)
         except UpstreamError as exc:
             return self._upstream_failed(session, node_id, exc)
+        after = await self.read_weight_version()
         reply = normalise_reply(reply)
         malformed = _malformed_reply(reply)
         if malformed is not None:
@@ -826,11 +836,27 @@ class CaptureProxy:
             refused = _bad_data_failure(session, ingested.turn)
             if refused is not None:
                 return refused
+        _stamp_weight_version(ingested.turn, before, after)
         session.graph.add(ingested.turn)
         _remember_tool_arguments(session, reply)
         if self.config.token_in != "off" and not _ids_suspect(ingested.turn):
             _remember_call(session, body, ingested.turn)
         return chat.caller_reply(reply, prepared), prepared
+
+    async def read_weight_version(self) -> tuple[str | None, str | None]:
+        """The version of the weights the engine serves now, and why it is unknown if it is:
+        the engine's own (``GET /weight_info``) when certification found it reports one, else
+        the one a trainer announced."""
+        if not self.config.weight_info:
+            return self.announced_version, None
+        try:
+            data = await self.upstream.request_json("GET", self.upstream.root_url + "/weight_info")
+        except UpstreamError as exc:
+            return None, f"GET /weight_info failed: {exc.message}"
+        version = data.get("weight_version") if isinstance(data, dict) else None
+        if not isinstance(version, str):
+            return None, f"GET /weight_info answered without a weight_version: {data!r:.200}"
+        return version, None
 
     async def _fit_max_tokens(
         self, prepared: chat.Prepared, model: str, node_id: str
@@ -1127,6 +1153,36 @@ class CaptureProxy:
             }
         )
 
+    async def weight_version_route(self, request: Request) -> Response:
+        """``POST /weight_version`` ``{"weight_version": "..."}``: the trainer announces the
+        version of the weights the engine now serves (what calls record when the engine does
+        not report its own); ``GET`` reads it back. Both need the admin key."""
+        denied = self._admin_or_401(request)
+        if denied is not None:
+            return denied
+        if request.method == "POST":
+            try:
+                body = orjson.loads(await _read_body(request, 64 * 1024) or b"null")
+            except (_TooLarge, orjson.JSONDecodeError) as exc:
+                return _error(
+                    400, f"body is not a small JSON object: {exc}", type_="invalid_request_error"
+                )
+            version = body.get("weight_version") if isinstance(body, dict) else None
+            if not isinstance(version, str) or not version or set(body) != {"weight_version"}:
+                return _error(
+                    400,
+                    'send {"weight_version": "<non-empty string>"} and nothing else',
+                    type_="invalid_request_error",
+                    param="weight_version",
+                )
+            self.announced_version = version
+        return json_response(
+            {
+                "weight_version": self.announced_version,
+                "engine_reports_version": self.config.weight_info,
+            }
+        )
+
     async def list_sessions(self, request: Request) -> Response:
         """``GET /sessions``: live sessions with turn and root counts."""
         denied = self._admin_or_401(request)
@@ -1161,6 +1217,32 @@ class CaptureProxy:
             return session
         self.sessions.close(session.session_id)
         return json_response({"session_id": session.session_id, "deleted": True})
+
+
+def _stamp_weight_version(
+    turn: Turn, before: tuple[str | None, str | None], after: tuple[str | None, str | None]
+) -> None:
+    """Record the weight version that sampled a turn from the reads before and after its call.
+    A version that changed during the call masks the turn (its tokens may come from two
+    policies); a read that failed leaves it unknown. Both say so in a finding."""
+    (v0, err0), (v1, err1) = before, after
+    if err0 or err1:
+        turn.findings.append(
+            warn("weight_version_unread", f"weight version unknown: {err0 or err1}", turn.node_id)
+        )
+        return
+    if v0 != v1:
+        turn.sampled_logprobs = None
+        turn.findings.append(
+            warn(
+                "weight_version_changed",
+                f"the engine's weights changed from {v0!r} to {v1!r} during this call: its "
+                "tokens may come from two policies, so it is masked (kept as context)",
+                turn.node_id,
+            )
+        )
+        return
+    turn.weight_version = v0
 
 
 def create_proxy_app(config: ProxyConfig, **kwargs: Any) -> Starlette:

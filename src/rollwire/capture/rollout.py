@@ -109,6 +109,10 @@ class Turn:
     carried_len: int | None = None
     synthesized: list[int] = field(default_factory=list)
     drift: int | None = None
+    # The engine's weight version that sampled this call (read around the call from GET
+    # /weight_info, or announced by the trainer); None when unknown, or when it changed during
+    # the call (then the turn is masked: its tokens may come from two policies).
+    weight_version: str | None = None
 
     @property
     def logprobs_ok(self) -> bool:

@@ -61,7 +61,8 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "sequences": (
         "list<struct>",
         "training sequences: sequence_id, role, trainable, input_ids, loss_mask, logprobs "
-        "(aligned; loss_mask 1 only on sampled tokens with trustworthy logprobs)",
+        "(aligned; loss_mask 1 only on sampled tokens with trustworthy logprobs), "
+        "weight_versions (per turn)",
     ),
     "messages": ("string", "JSON list of chat messages (null when not recorded)"),
     "tools": ("string", "JSON list of the tools offered (null when none or not recorded)"),
@@ -69,6 +70,11 @@ COLUMNS: dict[str, tuple[str, str]] = {
     "n_trainable_tokens": ("int64", "tokens with loss_mask 1 over the trainable sequences"),
     "stop_reason": ("string", "why the agent stopped"),
     "timings": ("string", "JSON object of phase durations in seconds"),
+    "weight_versions": (
+        "list<string>",
+        "the engine weight versions that sampled the agent's calls, in order (each sequence's "
+        "weight_versions: one per turn, null where unknown)",
+    ),
     "created_at": ("string", "ISO 8601 UTC time the episode was recorded"),
     "rollwire_version": ("string", "rollwire version that recorded it"),
 }
@@ -99,9 +105,11 @@ def arrow_schema() -> pa.Schema:
             ("input_ids", pa.list_(pa.int64())),
             ("loss_mask", pa.list_(pa.int64())),
             ("logprobs", pa.list_(pa.float64())),
+            ("weight_versions", pa.list_(pa.string())),
         ]
     )
     types = {
+        "list<string>": pa.list_(pa.string()),
         "string": pa.string(),
         "int64": pa.int64(),
         "float64": pa.float64(),

@@ -90,7 +90,8 @@ def rollwire_version() -> str:
 
 
 class SequenceRow(BaseModel):
-    """One training sequence as a trainer reads it: aligned ids, mask and logprobs."""
+    """One training sequence as a trainer reads it: aligned ids, mask and logprobs, and the
+    weight version that sampled each of its turns (in order; None: unknown)."""
 
     sequence_id: str
     role: Role
@@ -98,6 +99,7 @@ class SequenceRow(BaseModel):
     input_ids: list[int]
     loss_mask: list[int]
     logprobs: list[float]
+    weight_versions: list[str | None] = Field(default_factory=list)
 
     @classmethod
     def from_sequence(cls, seq: TrainingSequence, **extra: Any) -> Self:
@@ -109,6 +111,7 @@ class SequenceRow(BaseModel):
             input_ids=seq.input_ids,
             loss_mask=seq.loss_mask,
             logprobs=seq.logprobs,
+            weight_versions=[span.weight_version for span in seq.turn_spans],
             **extra,
         )
 
@@ -149,6 +152,8 @@ class EpisodeRecord(BaseModel):
     n_trainable_tokens: int = 0
     stop_reason: str | None = None
     timings: dict[str, float] = Field(default_factory=dict)
+    # The weight versions that sampled the episode's agent calls, in order (unknown left out).
+    weight_versions: list[str] = Field(default_factory=list)
     created_at: str = Field(default_factory=utc_now)
     rollwire_version: str = Field(default_factory=rollwire_version)
 
@@ -202,6 +207,7 @@ class EpisodeRecord(BaseModel):
             n_trainable_tokens=result.n_trainable_tokens,
             stop_reason=result.stop_reason,
             timings=dict(result.timings),
+            weight_versions=list(result.weight_versions),
         )
 
     def to_line(self) -> bytes:

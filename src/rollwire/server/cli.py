@@ -9,6 +9,7 @@ import functools
 import ipaddress
 import json
 import logging
+import os
 import secrets
 import signal
 import socket
@@ -182,10 +183,30 @@ def _cmd_engine(args: argparse.Namespace) -> int:
         _say(f"rollwire engine: {exc}")
         return 2
     raw = args.logprobs_mode == "raw_logprobs"
-    app = create_engine_app(model, served_name=args.served_model_name, raw_logprobs=raw)
+    admin_key = args.admin_key or os.environ.get("ROLLWIRE_ENGINE_ADMIN_KEY") or None
+    roots = [Path(r).expanduser().resolve() for r in args.weights_root or []]
+    for root in roots:
+        if not root.is_dir():
+            _say(f"rollwire engine: --weights-root {root} is not a folder")
+            return 2
+    app = create_engine_app(
+        model,
+        served_name=args.served_model_name,
+        raw_logprobs=raw,
+        admin_key=admin_key,
+        weights_roots=roots,
+    )
+    sync = (
+        "off (no --admin-key)"
+        if admin_key is None
+        else "on (--admin-key)"
+        + (f", checkpoints from {', '.join(map(str, roots))}" if roots else "")
+    )
+    if admin_key is not None and not model.supports_weight_updates:
+        sync = f"off ({model.backend} serves fixed weights)"
     banner = (
         f"rollwire engine (dev/test/demo, CPU; production: vLLM or SGLang) serving {args.served_model_name} "
-        f"from {model.path} on {model.backend}, logprobs {args.logprobs_mode}, on {{url}}\n"
+        f"from {model.path} on {model.backend}, logprobs {args.logprobs_mode}, weight sync {sync}, on {{url}}\n"
         "  next: rollwire validate --llm-url {url}/v1"
     )
     run_server(_serve_engine, app, args.host, args.port, banner)
@@ -662,6 +683,8 @@ def build_parser() -> argparse.ArgumentParser:
         o.MAX_MODEL_LEN,
         o.THREADS,
         o.LOGPROBS_MODE,
+        o.ENGINE_ADMIN_KEY,
+        o.WEIGHTS_ROOT,
     )
     o.command(sub, "convert", _cmd_convert, o.CONVERT_OUT, o.GGUF, o.FORCE_CONVERT)
     o.command(

@@ -707,12 +707,48 @@ def http_app(
             }
         )
 
+    async def weight_version(request: Request) -> JSONResponse:
+        # A trainer announces the weights its engine now serves (rollwire.trl's
+        # announce_weight_version), for engines that do not report their own.
+        if token and not hmac.compare_digest(
+            request.headers.get("authorization", "").encode(), f"Bearer {token}".encode()
+        ):
+            return JSONResponse({"error": "unauthorized"}, 401, {"www-authenticate": "Bearer"})
+        if request.method == "GET":
+            return JSONResponse({"announced": state.pool.announced()})
+        raw = bytearray()
+        async for chunk in request.stream():
+            raw += chunk
+            if len(raw) > 64 * 1024:
+                return JSONResponse({"error": "body is larger than 64 KiB"}, 413)
+        try:
+            body = orjson.loads(bytes(raw) or b"null")
+        except orjson.JSONDecodeError as exc:
+            return JSONResponse({"error": f"body is not JSON: {exc}"}, 400)
+        if not isinstance(body, dict) or set(body) - {"weight_version", "llm_url"}:
+            return JSONResponse(
+                {"error": "send {'weight_version': str, 'llm_url': str (optional)}"}, 400
+            )
+        version, llm_url = body.get("weight_version"), body.get("llm_url")
+        if not isinstance(version, str) or not version:
+            return JSONResponse({"error": "weight_version must be a non-empty string"}, 400)
+        if llm_url is None and state.default_llm is not None:
+            llm_url = state.default_llm.url
+        if not isinstance(llm_url, str) or not llm_url:
+            return JSONResponse(
+                {"error": "llm_url is required: this server has no default engine (--llm-url)"},
+                400,
+            )
+        applied = state.pool.announce(llm_url, version)
+        return JSONResponse({"weight_version": version, "llm_url": llm_url, "endpoints": applied})
+
     from rollwire.server.ui import ui_app
 
     ui = ui_app(state, token=token, loopback=loopback)
     return Starlette(
         routes=[
             Route("/health", health),
+            Route("/weight_version", weight_version, methods=["GET", "POST"]),
             Mount("/capture", app=capture_app(state)),
             Route("/ui", ui),
             Mount("/ui", app=ui),

@@ -333,6 +333,18 @@ LOGPROBS_MODE = option(
     default="processed_logprobs",
     help="processed (post-temperature, default) or raw (only to test certification's demotion)",
 )
+ENGINE_ADMIN_KEY = option(
+    "--admin-key",
+    help="bearer key of the weight-sync routes (/pause, /update_weights, ...: vLLM's RL routes); "
+    "without one they are refused (default: $ROLLWIRE_ENGINE_ADMIN_KEY)",
+)
+WEIGHTS_ROOT = option(
+    "--weights-root",
+    action="append",
+    metavar="DIR",
+    help="a folder whose checkpoints /update_weights may load by path (repeatable; without one "
+    "only tensors sent in the request are taken)",
+)
 CONVERT_OUT = option("--out", required=True, metavar="DIR", help="the folder to write")
 GGUF = option("--gguf", metavar="PATH", help="the GGUF to convert (default: the embedded one)")
 FORCE_CONVERT = option("--force", action="store_true", help="write into a non-empty --out folder")

@@ -16,7 +16,7 @@ import anyio.abc
 
 from rollwire.capture.certify import Certification, Verdict, validate_llm
 from rollwire.capture.proxy import CaptureProxy, certified_config
-from rollwire.capture.upstream import Upstream
+from rollwire.capture.upstream import Upstream, normalise_base_url
 
 log = logging.getLogger("rollwire.mcp")
 
@@ -67,6 +67,7 @@ class EndpointPool:
         self._serve_lock = anyio.Lock()
         self._tg: anyio.abc.TaskGroup | None = None
         self.certify_calls = 0  # how many certifications actually ran (cache misses)
+        self._announced: dict[str, str] = {}  # engine URL -> the weight version announced
 
     async def __aenter__(self) -> EndpointPool:
         self._tg = await anyio.create_task_group().__aenter__()
@@ -133,9 +134,33 @@ class EndpointPool:
                 ),
                 upstream=upstream,
             )
+            proxy.announced_version = self._announced.get(normalise_base_url(llm_url))
             made = Endpoint(certification=cert, proxy=proxy, upstream=upstream)
             self._endpoints[key] = made
             return made
+
+    def announce(self, llm_url: str, version: str) -> list[dict[str, Any]]:
+        """A trainer says which weights the engine at ``llm_url`` now serves: every proxy in
+        front of it (now and later) records ``version`` on the calls it captures, unless the
+        engine reports its own (``GET /weight_info``). Returns the endpoints it applies to."""
+        url = normalise_base_url(llm_url)
+        self._announced[url] = version
+        applied = []
+        for (endpoint_url, model, _), made in self._endpoints.items():
+            if normalise_base_url(endpoint_url) == url:
+                made.proxy.announced_version = version
+                applied.append(
+                    {
+                        "llm_url": endpoint_url,
+                        "model": model or made.certification.model,
+                        "engine_reports_version": made.certification.weight_info,
+                    }
+                )
+        return applied
+
+    def announced(self) -> dict[str, str]:
+        """The versions announced so far, by engine URL."""
+        return dict(self._announced)
 
     def endpoints(self) -> list[Endpoint]:
         """Every endpoint made so far (its proxy's live sessions are in ``proxy.sessions``)."""

@@ -94,6 +94,10 @@ class RolloutSummary(BaseModel):
     )
     findings: list[Finding] = Field(default_factory=list)
     timings: dict[str, float] = Field(default_factory=dict)
+    weight_versions: list[str] = Field(
+        default_factory=list,
+        description="the engine weight versions that sampled the agent's calls, in order",
+    )
     has_document: bool = Field(
         description="true when rollout://{rollout_id}/document and get_rollout_graph have data"
     )
@@ -170,6 +174,7 @@ def summary_of(
         answer_mode=result.answer_mode,
         findings=result.findings,
         timings=result.timings,
+        weight_versions=result.weight_versions,
         has_document=has_document,
         sequences=sequences,
     )
