@@ -124,6 +124,16 @@ def plot(results: Path, out: Path) -> None:
     fig.savefig(out, dpi=110)
 
 
+def versions(steps: list[dict[str, Any]]) -> str:
+    """The rows' weight versions over a run: first ... last, or one name for them all."""
+    if any(len(r["weight_versions"]) != 1 for r in steps):
+        return "mixed within a step"
+    first, last = steps[0]["weight_versions"][0], steps[-1]["weight_versions"][0]
+    if all(r["weight_versions"] == [first] for r in steps):
+        return f"{first} (every row)"
+    return f"{first} ... {last}"
+
+
 def summary(runs: list[dict[str, Any]]) -> str:
     """The docs' table: one column per run (synced, and the control), the numbers that say
     whether the data was on-policy and whether the policy learnt."""
@@ -138,11 +148,7 @@ def summary(runs: list[dict[str, Any]]) -> str:
         last = sum(r["mean_reward"] for r in steps[-k:]) / k
         out = {
             "steps": f"{len(steps)} x {run['groups_per_step']} groups of {run['group_size']}",
-            "rows' weight versions": (
-                f"{steps[0]['weight_versions'][0]} ... {steps[-1]['weight_versions'][0]}"
-                if len(steps[0]["weight_versions"]) == len(steps[-1]["weight_versions"]) == 1
-                else "mixed"
-            ),
+            "rows' weight versions": versions(steps),
             "TRL vs captured logprobs, max over steps": f"{max(agree):.1e} nats",
             "... at the last step": f"{agree[-1]:.1e} nats",
             "previous step's samples under new weights, median": (
@@ -151,7 +157,7 @@ def summary(runs: list[dict[str, Any]]) -> str:
             "groups with signal (mean)": (
                 f"{sum(r['groups_with_signal'] for r in steps) / len(steps):.2f}"
             ),
-            f"batch mean reward, first / last {k} steps": f"{first:.3f} / {last:.3f}",
+            "batch mean reward, first / last third of the steps": f"{first:.3f} / {last:.3f}",
             "rollouts waited per sync (median)": f"{syncs[len(syncs) // 2]:.2f} s"
             if syncs
             else "-",
