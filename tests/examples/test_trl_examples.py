@@ -89,7 +89,7 @@ def test_trl_grpo_check_holds_trls_contract_on_a_live_server(server):
         assert reward == ("-" if task == TICTACTOE else "0.000")  # the game never finished
     assert (
         "extra keys forwarded: env_mask, reward, rewards, ok, rollout_id, sequences_total, "
-        "seed, error" in done.stdout
+        "seed, weight_version, weight_versions, error, stale" in done.stdout
     )
     assert "4 rollouts: 2 tasks x 2" in done.stderr
 
@@ -145,7 +145,10 @@ def test_trl_grpo_check_catches_every_kind_of_violation():
             "rollout_id": "r",
             "sequences_total": 1,
             "seed": 0,
+            "weight_version": "step-0",
+            "weight_versions": ["step-0"],
             "error": None,
+            "stale": False,
         }
         return {k: [v, v] for k, v in row.items()}
 
