@@ -749,9 +749,13 @@ class FakeVLLM:
         default_reply_tokens: int = DEFAULT_REPLY_TOKENS,
         root: str = DEFAULT_ROOT,
         tokenizer: ToyTokenizer | None = None,
+        policy: Callable[[dict[str, Any]], str | None] | None = None,
         **behavior_fields: Any,
     ) -> None:
         self.behavior = behavior if behavior is not None else Behavior()
+        self.policy = policy
+        """A scripted model: called with each chat request's body when no scripted reply is
+        left; the text it returns is the reply, as a scripted one is (None: the usual reply)."""
         self.behavior.update(**behavior_fields)
         self._defaults = copy.deepcopy(self.behavior)
         self.max_model_len = max_model_len
@@ -1304,6 +1308,8 @@ class FakeVLLM:
         params = self._params(body, len(prompt_ids))
 
         scripted = b.scripted_replies.pop(0) if b.scripted_replies and not b.no_choices else None
+        if scripted is None and self.policy is not None and not b.no_choices:
+            scripted = self.policy(body)
         parse = bool(body.get("tools")) and body.get("tool_choice") != "none"
         choices = (
             []

@@ -29,7 +29,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any, Literal, Protocol
 
 import anyio
 from pydantic import BaseModel, Field
@@ -226,6 +226,13 @@ class CollectResult(BaseModel):
     )
     recovery: list[str] = Field(
         default_factory=list, description="what resuming found (e.g. a torn last line)"
+    )
+    status: Literal["done", "running"] = Field(
+        default="done",
+        description="running: a background collection's progress so far (call again for more)",
+    )
+    progress: CollectProgress | None = Field(
+        default=None, description="while running: episodes done of total, rate, eta"
     )
 
 

@@ -574,6 +574,7 @@ def _server_state(args: argparse.Namespace, admin_key: str | None = None) -> Any
         data_dir=Path(args.data_dir),
         dataset_roots=tuple(Path(p) for p in args.dataset_root or ()),
         ray_address=args.ray,
+        call_log=Path(args.call_log) if args.call_log else None,
     )
 
 
@@ -750,6 +751,7 @@ def build_parser() -> argparse.ArgumentParser:
         o.DATA_DIR,
         o.DATASET_ROOT,
         o.SERVE_RAY,
+        o.CALL_LOG,
     )
     collect_cli.add_commands(sub)
     images_cli.add_commands(sub)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hmac
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -43,7 +44,7 @@ from rollwire.datasets.store import CollectionError
 from rollwire.roots import OutsideRoots, Roots
 from rollwire.server import arguments as a
 from rollwire.server.arguments import takes
-from rollwire.server.surface import CompactMCPServer
+from rollwire.server.calls import CallLog, LoggedMCPServer
 from rollwire.sessions.base import AnswerMode
 from rollwire.tools.endpoint import EndpointNotUsable, EndpointPool
 from rollwire.tools.info import info_report
@@ -85,6 +86,37 @@ Harbor tasks (e.g. 'harbor:examples/tasks#count-errors')."""
 
 
 @dataclass
+class Collecting:
+    """A collection running in the background (``collect_episodes`` with ``background``): its
+    arguments, its progress, and once it ends, its result or the error it ended on."""
+
+    config: CollectConfig
+    out_dir: str
+    progress: CollectProgress
+    started: float = field(default_factory=time.monotonic)
+    result: CollectResult | None = None
+    error: str | None = None
+    finished: anyio.Event = field(default_factory=anyio.Event)
+
+    def snapshot(self) -> CollectResult:
+        """Where it is now, as a result with ``status: running``."""
+        p = self.progress
+        return CollectResult(
+            out_dir=self.out_dir,
+            collected=p.collected,
+            filtered=p.filtered,
+            failed=p.failed,
+            skipped_done=p.skipped_done,
+            episode_ids=[],
+            reward_mean=p.reward_mean,
+            retried=p.retried,
+            wall_s=round(time.monotonic() - self.started, 3),
+            status="running",
+            progress=p,
+        )
+
+
+@dataclass
 class ServerState:
     """What outlives one call: certified endpoints, rollouts in flight and finished ones.
 
@@ -100,6 +132,8 @@ class ServerState:
     data_dir: Path = field(default_factory=lambda: Path("collections"))
     dataset_roots: tuple[Path, ...] = ()
     ray_address: str | None = None  # collect_episodes runs on this Ray cluster's nodes
+    call_log: Path | None = None  # every tools/call, one JSON line each (serve --call-log)
+    collecting: dict[Path, Collecting] = field(default_factory=dict)  # background collections
     _stack: contextlib.AsyncExitStack | None = None
 
     @property
@@ -209,8 +243,10 @@ def harbor_datasets(refs: list[str] | tuple[str, ...]) -> list[str]:
 def build_server(state: ServerState | None = None) -> MCPServer:
     """The MCP server over ``state`` (a fresh one by default)."""
     state = state or ServerState()
-    mcp = CompactMCPServer("rollwire", instructions=INSTRUCTIONS, log_level="WARNING")
+    mcp = LoggedMCPServer("rollwire", instructions=INSTRUCTIONS, log_level="WARNING")
     mcp.state = state  # type: ignore[attr-defined]
+    if state.call_log is not None:
+        mcp.call_log = CallLog(state.call_log)
 
     @mcp.tool()
     @takes(a.SOURCE, a.OFFSET, a.LIMIT, a.QUERY)
@@ -219,7 +255,7 @@ def build_server(state: ServerState | None = None) -> MCPServer:
         collect_episodes take as `task`. source: omit for every env task; an env family
         (reasoning_gym, openspiel, textarena, browsergym); or a Harbor dataset path the server
         allows (e.g. 'examples/tasks'). query keeps refs or descriptions containing it. Page with
-        offset/limit; next_offset is null on the last page.
+        offset/limit (next_offset null: the last page).
         """
         if source is not None and source not in ADAPTERS:
             await state.confine_dataset("source", source)
@@ -313,10 +349,9 @@ def build_server(state: ServerState | None = None) -> MCPServer:
         model, api_key} (or flat llm_url/model/api_key); default: the server's. Harbor tasks:
         harness terminus-2 (default), oracle, nop or one info lists; sandbox local (default) or
         docker. Env tasks: seed picks the instance; task_config configures it; answer_mode
-        tool (default; no tool call: reward null), text or either (models without tool
-        calling). include_tokens adds each sequence's ids, loss mask and logprobs. Failure is
-        ok=false with `error`. Cancelling tears the sandbox down. Then get_rollout_graph or
-        resource rollout://{rollout_id}/document.
+        tool (default; no tool call: reward null), text or either. include_tokens adds each
+        sequence's ids, loss mask and logprobs. Failure is ok=false with `error`. Then
+        get_rollout_graph or resource rollout://{rollout_id}/document.
         """
         request = request_of(**given)
         checked_plan = await checked(request)
@@ -330,8 +365,7 @@ def build_server(state: ServerState | None = None) -> MCPServer:
     @takes(a.ROLLOUT)
     async def start_rollout(**given: Any) -> RolloutStatus:
         """run_rollout without waiting: same arguments, returns the rollout_id at
-        once. Poll get_rollout; stop with cancel_rollout. For clients that cannot hold a call
-        open.
+        once. Poll get_rollout; stop with cancel_rollout.
         """
         request = request_of(**given)
         checked_plan = await checked(request)
@@ -380,7 +414,7 @@ def build_server(state: ServerState | None = None) -> MCPServer:
         (a.OUT_DIR, a.EPISODES, a.TASKS, a.DATASET, a.TASK_GLOB, a.GROUP_SIZE, a.HARNESS),
         (a.SANDBOX, a.ENGINES, a.SAMPLING, a.LIMITS, a.REWARD_KEY, a.TASK_CONFIG),
         (a.ANSWER_MODE, a.FIRST_SEED, a.CONCURRENCY, a.MIN_REWARD, a.TRAINABLE_ONLY),
-        (a.KEEP_FAILURES, a.RESUME, a.LLM_URL, a.MODEL, a.API_KEY),
+        (a.KEEP_FAILURES, a.RESUME, a.LLM_URL, a.MODEL, a.API_KEY, a.BACKGROUND),
     )
     async def collect_episodes(
         ctx: Context,
@@ -408,15 +442,16 @@ def build_server(state: ServerState | None = None) -> MCPServer:
         llm_url,
         model,
         api_key,
+        background,
     ) -> CollectResult:
-        """Build a training dataset: many rollouts into out_dir (a directory
-        inside the server's data directory), crash-safe. tasks: refs; or dataset (+ task_glob)
-        for a Harbor dataset. episodes in all; group_size samples share one task instance (a
-        GRPO group). The same call again resumes (nothing twice; a larger `episodes`
-        extends). min_reward and trainable_only filter what is kept; other arguments as
-        run_rollout; llm may be a list of engines serving one model (each rollout pinned to the
-        least-loaded). Reports progress per episode; cancelling keeps what is written. Then
-        push_dataset.
+        """Build a training dataset: rollouts into out_dir (inside the server's data
+        directory), crash-safe. tasks: refs; or dataset (+ task_glob) for a Harbor dataset.
+        episodes in all; group_size samples share one task instance (a GRPO group). The same
+        call again resumes (nothing twice; a larger `episodes` extends). min_reward and
+        trainable_only filter what is kept; other arguments as run_rollout; llm may be a list
+        of engines serving one model. Reports progress; cancelling keeps what is written.
+        background: return at once (status running); the same call again reports progress,
+        then the result. Then push_dataset.
         """
         try:
             spec: LLMSpec | list[LLMSpec] | None
@@ -469,16 +504,79 @@ def build_server(state: ServerState | None = None) -> MCPServer:
                 f"skipped {p.skipped_done}; mean reward {mean}",
             )
 
+        path = state.data_path(out_dir)
+        running = state.collecting.get(path)
+        if running is not None:
+            return await rejoin(running, path, config, background, progress)
+        if background:
+            return start_background(path, out_dir, config)
         try:
             return await collect(
                 config,
-                state.data_path(out_dir),
+                path,
                 pool=state.pool,
                 on_progress=progress,
                 ray_address=state.ray_address,
             )
         except (CollectInputError, CollectionError, OSError) as exc:
             raise ToolError(f"{type(exc).__name__}: {exc}") from None
+
+    def start_background(path: Path, out_dir: str, config: CollectConfig) -> CollectResult:
+        """Run the collection in the server's task group; its state is kept under ``path``
+        until a call collects its result."""
+        job = Collecting(config, out_dir, CollectProgress(total=config.episodes))
+        state.collecting[path] = job
+
+        async def on_progress(p: CollectProgress) -> None:
+            job.progress = p
+
+        async def run() -> None:
+            try:
+                job.result = await collect(
+                    config,
+                    path,
+                    pool=state.pool,
+                    on_progress=on_progress,
+                    ray_address=state.ray_address,
+                )
+            except (CollectInputError, CollectionError, OSError) as exc:
+                job.error = f"{type(exc).__name__}: {exc}"
+            except Exception as exc:  # reported to the next call, never lost
+                log.exception("background collection %s failed", path)
+                job.error = f"{type(exc).__name__}: {exc}"
+            finally:
+                job.finished.set()
+
+        state.jobs.spawn(run)
+        return job.snapshot()
+
+    async def rejoin(
+        job: Collecting,
+        path: Path,
+        config: CollectConfig,
+        background: bool,
+        progress: Any,
+    ) -> CollectResult:
+        """A call for a collection that runs in the background: its progress (background, or
+        still running), else its result, once (the next call starts a new run: a resume)."""
+        if job.config != config:
+            raise ToolError(
+                f"out_dir: {job.out_dir!r} is being collected in the background with other "
+                "arguments; call collect_episodes with the arguments that started it to see "
+                "its progress and result"
+            )
+        if not job.finished.is_set():
+            if background:
+                return job.snapshot()
+            while not job.finished.is_set():  # a blocking call: wait, reporting progress
+                await progress(job.progress)
+                with anyio.move_on_after(1.0):
+                    await job.finished.wait()
+        del state.collecting[path]
+        if job.error is not None:
+            raise ToolError(job.error)
+        assert job.result is not None
+        return job.result
 
     @mcp.tool()
     @takes(a.OUT_DIR, a.REPO_ID, a.PRIVATE, a.DRY_RUN, a.COMMIT_MESSAGE)
@@ -502,9 +600,9 @@ def build_server(state: ServerState | None = None) -> MCPServer:
     @mcp.tool()
     @takes(a.ROLLOUT_ID, a.GRAPH_FORMAT)
     async def get_rollout_graph(*, rollout_id, format) -> RolloutGraphView:
-        """How a finished rollout's model calls link, to debug fragmented or
-        untrainable data: a node per call with its parent, role, token counts and findings;
-        re-tokenised calls (new roots) and discarded ones. format 'mermaid' adds a flowchart.
+        """How a finished rollout's model calls link, to debug untrainable data: a
+        node per call with its parent, role, token counts and findings; re-tokenised calls
+        (new roots) and discarded ones. format 'mermaid' adds a flowchart.
         """
         stored = state.store.get(rollout_id)
         if stored is None:

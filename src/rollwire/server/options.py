@@ -277,6 +277,13 @@ SERVE_RAY = option(
     help="collect_episodes runs its episodes on this Ray cluster's nodes (the head's "
     "HOST:PORT); this server writes the collections. Needs the ray extra",
 )
+CALL_LOG = option(
+    "--call-log",
+    metavar="FILE",
+    help="append every tool call to FILE as one JSON line: the client's name and version, "
+    "the tool, its arguments as received, whether it asked for progress, the time it took and "
+    "any error",
+)
 COLLECT_RAY = option(
     "--ray",
     metavar="ADDRESS",

@@ -138,6 +138,13 @@ class JobRegistry:
         self.add(job)
         self._tg.start_soon(self._background, job, runner)
 
+    def spawn(self, work: Callable[[], Awaitable[None]]) -> None:
+        """Run ``work`` in the background, owned by this registry (cancelled when it closes):
+        for long work that is not a rollout (a background collection)."""
+        if self._tg is None:
+            raise RuntimeError("background work needs a running server (enter the registry)")
+        self._tg.start_soon(work)
+
     async def _background(self, job: Job, runner: Runner) -> None:
         try:
             await job.run(runner)

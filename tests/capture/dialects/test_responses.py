@@ -646,3 +646,54 @@ def test_codex_namespace_tools_are_flattened_and_web_search_is_dropped_with_a_no
     names = [t["function"]["name"] for t in translated.chat["tools"]]
     assert names == [WEATHER["name"], "close_agent"]
     assert any("web_search" in n for n in translated.context["notes"])
+
+
+MCP_NAMESPACE = {
+    "type": "namespace",
+    "name": "mcp__rollwire__",
+    "description": "Tools of the rollwire MCP server",
+    "tools": [
+        {"type": "function", "name": "list_tasks", "parameters": {"type": "object"}},
+        {"type": "function", "name": "run_rollout", "parameters": {"type": "object"}},
+    ],
+}
+
+
+def _chat_reply_calling(name: str) -> dict[str, Any]:
+    call = {"id": "call_1", "type": "function", "function": {"name": name, "arguments": "{}"}}
+    message = {"role": "assistant", "content": None, "tool_calls": [call]}
+    return {"id": "x", "created": 1, "model": "m", "choices": [{"index": 0, "message": message,
+            "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 1, "completion_tokens": 1}}  # fmt: skip
+
+
+def test_a_call_to_a_namespaced_tool_comes_back_naming_its_namespace():
+    """codex declares each MCP server's tools in a namespace and routes a call by it: a call
+    without one is 'unsupported call: list_tasks' (found by the client matrix)."""
+    translated = translate({"input": "hi", "tools": [WEATHER, MCP_NAMESPACE]}, None)
+    out = reply(_chat_reply_calling("list_tasks"), translated)["output"]
+    assert [(o["name"], o.get("namespace")) for o in out] == [("list_tasks", "mcp__rollwire__")]
+    plain = reply(_chat_reply_calling(WEATHER["name"]), translated)["output"]
+    assert "namespace" not in plain[0]
+
+
+def test_a_namespaced_call_in_history_becomes_the_tool_call_the_engine_saw():
+    items = [
+        {"type": "message", "role": "user", "content": "hi"},
+        {
+            "type": "function_call",
+            "call_id": "call_1",
+            "name": "list_tasks",
+            "namespace": "mcp__rollwire__",
+            "arguments": "{}",
+        },
+        {"type": "function_call_output", "call_id": "call_1", "output": "[]"},
+    ]
+    chat = translate({"input": items, "tools": [MCP_NAMESPACE]}, None).chat
+    assert chat["messages"][1]["tool_calls"][0]["function"]["name"] == "list_tasks"
+    assert chat["messages"][2] == {"role": "tool", "tool_call_id": "call_1", "content": "[]"}
+
+
+def test_one_tool_name_in_two_namespaces_is_refused_naming_it():
+    other = {**MCP_NAMESPACE, "name": "mcp__other__"}
+    with pytest.raises(DialectError, match="'list_tasks', 'run_rollout' declared twice"):
+        translate({"input": "hi", "tools": [MCP_NAMESPACE, other]}, None)

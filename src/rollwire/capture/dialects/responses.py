@@ -16,7 +16,7 @@ Translation table (request → chat):
     text, ``input_image`` (``image_url``) → ``image_url``, ``input_file`` (``file_data``) →
     ``file``; a content of one text part becomes a plain string, anything else stays a list of
     parts (non-text parts are never dropped, in any role).
-  - ``function_call`` {call_id, name, arguments} → a ``tool_calls`` entry of an assistant
+  - ``function_call`` {call_id, name, arguments, namespace?} → a ``tool_calls`` entry of an assistant
     message. Consecutive calls share one assistant message, which is also the message of an
     immediately preceding assistant text message or reasoning item: one reply, one message,
     so the chat template renders the same tokens the engine sampled.
@@ -30,7 +30,8 @@ Translation table (request → chat):
   - any other item type (built-in tool calls, ``item_reference``, ...) → refused.
 
 - ``tools``: ``function`` tools → chat function tools; a ``namespace`` of function tools
-  (codex's multi-agent tools) → its function tools under their own names; ``web_search`` →
+  (codex's multi-agent tools, each MCP server's tools) → its function tools under their own
+  names (a reply's call to one names its ``namespace``: codex routes by it); ``web_search`` →
   dropped with a note (the engine cannot search; codex declares it by default). Every other
   tool type (``local_shell``, ``shell``, ``custom``, ``mcp``, ...) is refused: the engine
   cannot run a hosted tool, and a shell call replayed as a function call (or the reverse)
@@ -348,10 +349,11 @@ class _Messages:
             raise DialectError(f"{where}.call_id is required", param=f"{where}.call_id")
         if not _is_str(name):
             raise DialectError(f"{where}.name is required", param=f"{where}.name")
-        if item.get("namespace"):
-            raise DialectError(
-                f"{where}: namespaced function calls are not supported", param=f"{where}.namespace"
-            )
+        namespace = item.get("namespace")
+        if namespace is not None and not _is_str(namespace):
+            raise DialectError(f"{where}.namespace must be a string", param=f"{where}.namespace")
+        # A namespaced call (codex's MCP tools) names its tool as the engine saw it declared:
+        # the function tools of a namespace are declared under their own names (_flatten).
         call = {
             "id": call_id,
             "type": "function",
@@ -369,10 +371,14 @@ class _Messages:
 _DROPPED_HOSTED_TOOLS = frozenset({"web_search", "web_search_preview"})
 
 
-def _flatten(tools: list[Any]) -> list[Any]:
-    """A ``namespace`` tool groups function tools (codex's multi-agent tools): its function
-    tools are declared as they are, under their own names."""
+def _flatten(tools: list[Any]) -> tuple[list[Any], dict[str, str]]:
+    """A ``namespace`` tool groups function tools (codex's multi-agent tools, and each MCP
+    server's tools): its function tools are declared as they are, under their own names. Also
+    returns each such tool's namespace, by name: a reply's call to it names its namespace, or
+    the caller cannot route it. Two tools of one name (in two namespaces, or one in a
+    namespace and one outside) are refused: the engine would see one name for both."""
     out: list[Any] = []
+    namespaces: dict[str, str] = {}
     for tool in tools:
         if isinstance(tool, Mapping) and tool.get("type") == "namespace":
             inner = tool.get("tools")
@@ -382,23 +388,39 @@ def _flatten(tools: list[Any]) -> list[Any]:
                 out.append(tool)  # refused below, by type
                 continue
             out.extend(inner)
+            if _is_str(tool.get("name")):
+                for t in inner:
+                    if _is_str(t.get("name")):
+                        namespaces[t["name"]] = tool["name"]
         else:
             out.append(tool)
-    return out
+    names = [t.get("name") for t in out if isinstance(t, Mapping) and _is_str(t.get("name"))]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise DialectError(
+            f"tools: {', '.join(map(repr, twice))} declared twice (namespaced tools are "
+            "declared to the engine under their own names, so each name must be unique)",
+            param="tools",
+        )
+    return out, namespaces
 
 
 def _chat_tools(
-    tools: Any, notes: list[str] | None = None
+    tools: Any, notes: list[str] | None = None, namespaces: dict[str, str] | None = None
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(chat tools, the tools as the response echoes them). Namespaces are flattened to their
-    function tools; ``web_search`` is dropped with a note; other tool types are refused."""
+    function tools (each one's namespace put in ``namespaces``); ``web_search`` is dropped
+    with a note; other tool types are refused."""
     if tools is None:
         return [], []
     if not isinstance(tools, list):
         raise DialectError("'tools' must be a list", param="tools")
     unsupported = []
     chat_tools, echo = [], []
-    for i, tool in enumerate(_flatten(tools)):
+    flat, found = _flatten(tools)
+    if namespaces is not None:
+        namespaces.update(found)
+    for i, tool in enumerate(flat):
         kind = tool.get("type") if isinstance(tool, Mapping) else None
         if isinstance(kind, str) and kind in _DROPPED_HOSTED_TOOLS:  # a dict is unhashable
             if notes is not None:
@@ -527,7 +549,8 @@ def translate(body: dict[str, Any], stream_hint: bool | None = None) -> Translat
     chat: dict[str, Any] = {"messages": built.messages}
     if isinstance(body.get("model"), str):
         chat["model"] = body["model"]
-    tools, tools_echo = _chat_tools(body.get("tools"), built.notes)
+    namespaces: dict[str, str] = {}
+    tools, tools_echo = _chat_tools(body.get("tools"), built.notes, namespaces)
     choice = _chat_tool_choice(body.get("tool_choice"))
     if tools:
         chat["tools"] = tools
@@ -577,6 +600,7 @@ def translate(body: dict[str, Any], stream_hint: bool | None = None) -> Translat
         "encrypt_reasoning": _REASONING_INCLUDE in include,
         "notes": built.notes,
         "unknown_fields": unknown,
+        "namespaces": namespaces,
     }
     return Translated(chat=chat, stream=bool(body.get("stream")), context=context)
 
@@ -708,19 +732,22 @@ def reply(chat_reply: dict[str, Any], translated: Translated) -> dict[str, Any]:
                 "content": parts,
             }
         )
+    namespaces = ctx.get("namespaces") or {}
     for i, call in enumerate(calls):
         fn = (call or {}).get("function") or {}
         call_id = call.get("id") if isinstance(call, Mapping) else None
-        output.append(
-            {
-                "id": f"fc_{base}_{i}",
-                "type": "function_call",
-                "call_id": call_id if _is_str(call_id) else f"call_{base}_{i}",
-                "name": fn.get("name") if isinstance(fn.get("name"), str) else "",
-                "arguments": fn.get("arguments") if isinstance(fn.get("arguments"), str) else "",
-                "status": "completed",
-            }
-        )
+        name = fn.get("name") if isinstance(fn.get("name"), str) else ""
+        item = {
+            "id": f"fc_{base}_{i}",
+            "type": "function_call",
+            "call_id": call_id if _is_str(call_id) else f"call_{base}_{i}",
+            "name": name,
+            "arguments": fn.get("arguments") if isinstance(fn.get("arguments"), str) else "",
+            "status": "completed",
+        }
+        if name in namespaces:  # the caller routes a namespaced tool's call by its namespace
+            item["namespace"] = namespaces[name]
+        output.append(item)
     created = chat_reply.get("created")
     model = ctx.get("model") or chat_reply.get("model") or ""
     return {
