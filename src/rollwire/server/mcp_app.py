@@ -511,15 +511,15 @@ def build_server(state: ServerState | None = None) -> MCPServer:
         if background:
             return start_background(path, out_dir, config)
         try:
-            return await collect(
-                config,
-                path,
-                pool=state.pool,
-                on_progress=progress,
-                ray_address=state.ray_address,
-            )
+            return await run_collection(config, path, progress)
         except (CollectInputError, CollectionError, OSError) as exc:
             raise ToolError(f"{type(exc).__name__}: {exc}") from None
+
+    async def run_collection(config: CollectConfig, path: Path, on_progress: Any) -> CollectResult:
+        """The collection, on this server's engines (and Ray cluster, if it has one)."""
+        return await collect(
+            config, path, pool=state.pool, on_progress=on_progress, ray_address=state.ray_address
+        )
 
     def start_background(path: Path, out_dir: str, config: CollectConfig) -> CollectResult:
         """Run the collection in the server's task group; its state is kept under ``path``
@@ -532,13 +532,7 @@ def build_server(state: ServerState | None = None) -> MCPServer:
 
         async def run() -> None:
             try:
-                job.result = await collect(
-                    config,
-                    path,
-                    pool=state.pool,
-                    on_progress=on_progress,
-                    ray_address=state.ray_address,
-                )
+                job.result = await run_collection(config, path, on_progress)
             except (CollectInputError, CollectionError, OSError) as exc:
                 job.error = f"{type(exc).__name__}: {exc}"
             except Exception as exc:  # reported to the next call, never lost
