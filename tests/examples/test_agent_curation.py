@@ -3,7 +3,8 @@
 The agent's model is a scripted curator behind the capture proxy (Anthropic Messages, as Claude
 Code speaks it) that follows the goal in ``goal.md``; the rollouts run on a fake engine whose
 model solves most chain_sum problems (and gets every one whose sum is a multiple of 3 wrong), so
-the reward filter has something to drop. The artefacts are checked as a user would read them.
+the reward filter has something to drop, and the first collection keeps too few: the curator
+extends it. The artefacts are checked as a user would read them.
 """
 
 from __future__ import annotations
@@ -62,10 +63,24 @@ def _done(text: str) -> bool:
     return re.search(r"status\W+done", text) is not None
 
 
+GOAL = 6  # episodes to keep
+FIRST = 4  # attempts in the first collection: too few to keep GOAL
+
+
+def _json_results(results: list[str]) -> list[dict[str, Any]]:
+    found = []
+    for text in results:
+        m = re.search(r"\{.*\}", text, re.DOTALL)
+        if m is not None and _done(text):
+            found.append(json.loads(m.group(0)))
+    return found
+
+
 def curator(engine: str) -> ScriptedPolicy:
+    """The goal's steps: collect FIRST attempts; if fewer than GOAL are kept, call again with
+    twice the attempts (the collection resumes and extends); push; report the whole count."""
     collect = {
         "out_dir": "curated",
-        "episodes": 8,
         "tasks": ["reasoning_gym:chain_sum"],
         "llm": {"url": engine},
         "min_reward": 1.0,
@@ -73,23 +88,23 @@ def curator(engine: str) -> ScriptedPolicy:
         "background": True,
     }
 
+    def extend(results: list[str]) -> dict[str, Any]:
+        first = _json_results(results)[0]["totals"]
+        kept, attempts = first["collected"], first["collected"] + first["filtered"]
+        return {**collect, "episodes": attempts if kept >= GOAL else 2 * attempts}
+
     def final(results: list[str]) -> str:
         pushed = last_result(results)
-        collected = next(
-            json.loads(m.group(0))
-            for r in reversed(results)
-            if (m := re.search(r"\{.*\}", r, re.DOTALL)) and _done(r)
-        )
+        totals = _json_results(results)[-1]["totals"]
         files = len(pushed["plan"]["files"])
-        return (
-            f"KEPT {collected['collected']} of {collected['collected'] + collected['filtered']}"
-            f" episodes, mean reward {float(collected['reward_mean']):.2f}, dry run {files} files"
-        )
+        attempts = totals["collected"] + totals["filtered"]
+        return f"KEPT {totals['collected']} of {attempts} episodes, dry run {files} files"
 
     steps = [
         Step("list_tasks", {"source": "reasoning_gym", "query": "chain_sum"}),
         Step("validate_llm", {"llm_url": engine}),
-        Step("collect_episodes", collect, until=_done),
+        Step("collect_episodes", {**collect, "episodes": FIRST}, until=_done),
+        Step("collect_episodes", extend, until=_done),
         Step("push_dataset", {"out_dir": "curated", "repo_id": "me/curated", "dry_run": True}),
     ]
     return ScriptedPolicy(steps, final=final)
@@ -135,7 +150,7 @@ def test_the_agent_curates_a_filtered_dataset_and_pushes_it_as_a_dry_run(engine,
     ]
     filtered = (out / "collections" / "curated" / "filtered.jsonl").read_text().splitlines()
     assert episodes and filtered, "the reward filter kept all or nothing"
-    assert len(episodes) + len(filtered) == 8
+    assert len(episodes) >= GOAL and len(episodes) + len(filtered) == 2 * FIRST
     assert all(e["reward"] >= 1.0 for e in episodes)
 
     # the agent's transcript: its tool calls and its final line, as Claude Code wrote them
@@ -154,13 +169,13 @@ def test_the_agent_curates_a_filtered_dataset_and_pushes_it_as_a_dry_run(engine,
     ]
     assert used[-1] == "mcp__rollwire__push_dataset"
     result = json.loads((out / "result.json").read_text())
-    assert result["final"] == (
-        f"KEPT {len(episodes)} of 8 episodes, mean reward 1.00, dry run 3 files"
-    ), result["final"]
+    assert result["final"] == f"KEPT {len(episodes)} of {2 * FIRST} episodes, dry run 3 files"
     assert result["collection"]["collected"] == len(episodes)
 
     # rollwire's side: the filter arrived as the goal asked
     calls = [json.loads(line) for line in (out / "calls.jsonl").read_text().splitlines()]
-    collect = next(c for c in calls if c["tool"] == "collect_episodes")
-    assert collect["arguments"]["min_reward"] == 1.0 and collect["arguments"]["trainable_only"]
+    collects = [c["arguments"] for c in calls if c["tool"] == "collect_episodes"]
+    assert all(c["min_reward"] == 1.0 and c["trainable_only"] for c in collects)
+    assert collects[0]["episodes"] == FIRST  # then extended:
+    assert collects[-1]["episodes"] == 2 * FIRST
     assert captured["turns"], "the curating agent's own model calls were captured"
