@@ -75,7 +75,12 @@ def _servers(client: str, launch: Launch, key: str = "mcpServers") -> dict[str, 
 
 
 def _base_env(launch: Launch) -> dict[str, str]:
+    """This process's environment with a HOME of the client's own, but uv's cache where it
+    was: a user's ``uv run`` finds its cache, and a new one would make every stdio server
+    start by rebuilding rollwire (long enough for a client to send its first turn without
+    rollwire's tools)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "OPENAI_"))}
+    env.setdefault("UV_CACHE_DIR", str(Path.home() / ".cache" / "uv"))
     env.update(HOME=str(launch.home), NO_COLOR="1", CI="true")
     return env
 

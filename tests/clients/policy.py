@@ -31,9 +31,13 @@ Arguments = Mapping[str, Any] | Callable[[list[str]], Mapping[str, Any]]
 SEARCH_TOOLS = ("ToolSearch", "tool_search")
 #: A client's generic "call this named tool" tool.
 GENERIC_CALL_TOOLS = ("tool_call",)
-#: A client's own look at a server, for a model whose first request went out before the
-#: server's tools were listed (Codex starts MCP servers while its first turn is sent).
-LOOK_TOOLS = ("list_mcp_resources",)
+#: What a model calls when its first request went out before the server's tools were listed
+#: (both clients start MCP servers while the first turn is sent): Claude Code offers a tool
+#: that waits for them, Codex a look at a server's resources. The tool, and its arguments.
+WAIT_TOOLS: dict[str, Callable[[str], dict[str, Any]]] = {
+    "WaitForMcpServers": lambda server: {"servers": [server]},
+    "list_mcp_resources": lambda server: {"server": server},
+}
 
 
 @dataclass(frozen=True)
@@ -145,9 +149,9 @@ class ScriptedPolicy:
             with self._lock:
                 self.sent.append((step.tool, arguments))
             return tool_call_text(generic, {"name": qualified, "arguments": arguments})
-        look = next((n for n in LOOK_TOOLS if n in names), None)
-        if look is not None:
-            return tool_call_text(look, {"server": self.server})
+        wait = next((n for n in WAIT_TOOLS if n in names), None)
+        if wait is not None:
+            return tool_call_text(wait, WAIT_TOOLS[wait](self.server))
         return f"NOT OFFERED: {step.tool} (tools: {', '.join(names)})"
 
 
