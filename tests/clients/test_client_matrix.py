@@ -216,6 +216,7 @@ def test_a_client_drives_every_tool_and_its_model_reads_every_result(
     log = _log(log_path)
     assert [(e["tool"], e["arguments"]) for e in log] == policy.sent
     assert {e["client"]["name"] for e in log} == {CLIENTS[name].client_info}
+    assert all(e["progress"] for e in log)  # each call carries a progress token
     assert [e["tool"] for e in log if not e["ok"]] == ["run_rollout"]
     assert UNKNOWN_FAMILY in next(e["error"] for e in log if not e["ok"])
     assert sum(e["tool"] == "collect_episodes" for e in log) >= 3  # a blocking one, then polls

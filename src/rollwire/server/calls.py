@@ -49,16 +49,13 @@ def _client(context: Context | None) -> dict[str, Any] | None:
 
 
 def _asked_progress(context: Context | None) -> bool:
+    """Whether the call carries a progress token (the SDK hands ``_meta`` over as a dict with
+    the token under ``progress_token``)."""
     try:
         meta = context.request_context.meta  # type: ignore[union-attr]
     except (AttributeError, ValueError):
         return False
-    if meta is None:
-        return False
-    token = meta.get("progressToken") if isinstance(meta, dict) else None
-    if token is None:
-        token = getattr(meta, "progress_token", None)
-    return token is not None
+    return bool(meta) and meta.get("progress_token") is not None
 
 
 def _error_text(result: Any) -> str | None:
