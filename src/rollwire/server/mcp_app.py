@@ -566,7 +566,7 @@ def build_server(state: ServerState | None = None) -> MCPServer:
                 await progress(job.progress)
                 with anyio.move_on_after(1.0):
                     await job.finished.wait()
-        del state.collecting[path]
+        state.collecting.pop(path, None)  # two calls may rejoin one finished run
         if job.error is not None:
             raise ToolError(job.error)
         assert job.result is not None

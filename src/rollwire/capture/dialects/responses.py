@@ -69,6 +69,7 @@ import math
 import re
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -394,8 +395,8 @@ def _flatten(tools: list[Any]) -> tuple[list[Any], dict[str, str]]:
                         namespaces[t["name"]] = tool["name"]
         else:
             out.append(tool)
-    names = [t.get("name") for t in out if isinstance(t, Mapping) and _is_str(t.get("name"))]
-    twice = sorted({n for n in names if names.count(n) > 1})
+    names = Counter(t["name"] for t in out if isinstance(t, Mapping) and _is_str(t.get("name")))
+    twice = sorted(n for n, k in names.items() if k > 1)
     if twice:
         raise DialectError(
             f"tools: {', '.join(map(repr, twice))} declared twice (namespaced tools are "
