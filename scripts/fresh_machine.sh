@@ -8,7 +8,8 @@
 # System packages (chromium, bubblewrap) and a running Docker daemon are the host's: the
 # simulation does not remove them, so .ci/system finds them present.
 # Each line of the README's commands block (between its `commands` snippet markers) runs in
-# order with its exit status and seconds; the first failure stops the run.
+# order with its exit status, seconds and the size of the virtual environment after it; the first
+# failure stops the run.
 # Usage (root): bash scripts/fresh_machine.sh [REPO] > transcript.log 2>&1
 set -euo pipefail
 REPO=$(readlink -f "${1:-$(dirname "$0")/..}")
@@ -39,7 +40,8 @@ while IFS= read -r line; do
   bash -c "$line" </dev/null
   rc=$?
   set -e
-  echo "[exit $rc after $(( $(date +%s) - start )) s]"
+  size=$( [ -d .venv ] && du -sm .venv | cut -f1 || echo 0 )
+  echo "[exit $rc after $(( $(date +%s) - start )) s; .venv ${size} MiB]"
   [ "$rc" -eq 0 ] || exit "$rc"
 done < "$BASE/commands"
 INNER

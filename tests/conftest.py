@@ -69,3 +69,77 @@ def hf_tokenizer(converted_dir: Path) -> Any:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(converted_dir)
+
+
+# Under pytest-xdist (the README's test line runs two workers), the tests of one file share a
+# worker, so a module's fixtures (an engine, a server, a cluster) start once; and the tests that
+# drive one machine-wide resource share one too, so two of them never contend for it: the Docker
+# daemon (image builds and tags), the Ray clusters on loopback. (xdist's own `xdist_group` marks
+# do nothing under pytest 9: xdist renames `item._nodeid`, which pytest 9 no longer reads.)
+SHARED_RESOURCES = {
+    "docker": (
+        "tests/harbor/test_docker_rollout.py",
+        "tests/harbor/test_docker_sandbox.py",
+        "tests/harbor/test_images.py",
+    ),
+    "ray": (
+        "tests/scale/",
+        "tests/packaging/test_extras.py::test_extra_installs_alone_and_works_alone[ray]",
+    ),
+}
+
+
+def worker_group(nodeid: str) -> str:
+    """The unit xdist hands to one worker: the test's resource, else its file."""
+    for resource, prefixes in SHARED_RESOURCES.items():
+        if nodeid.startswith(prefixes):
+            return resource
+    return nodeid.split("::", 1)[0]
+
+
+#: the longest units, longest first: xdist hands them out before the rest, so the run does not
+#: end with one worker on a long file and the other idle. Seconds of each unit on one of two
+#: busy workers, measured with `pytest -n 2 --durations=0` (docs/ci-time.md).
+LONGEST_FIRST = (
+    "tests/examples/test_sft_warmup.py",  # 1,253 s
+    "tests/test_demo.py",  # 345 s
+    "tests/engine/test_weight_sync.py",  # 255 s
+    "tests/test_cli.py",  # 186 s
+    "tests/e2e/test_vllm_weight_sync.py",  # 181 s
+    "tests/engine/test_hf_engine.py",  # 139 s
+    "tests/packaging/test_extras.py",  # 133 s
+    "tests/packaging/test_wheel.py",  # 124 s
+    "tests/clients/test_client_matrix.py",  # 120 s
+    "docker",  # 120 s
+    "tests/engine/test_engine.py",  # 115 s
+    "ray",  # 105 s
+)
+
+
+def _rank(item: pytest.Item) -> int:
+    group = worker_group(item.nodeid)
+    return LONGEST_FIRST.index(group) if group in LONGEST_FIRST else len(LONGEST_FIRST)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker, the longest units first (a stable sort: within a unit, and among the
+    rest, the order stays the collection's). A run without xdist keeps the collection's order."""
+    if hasattr(config, "workerinput"):
+        items.sort(key=_rank)
+
+
+try:
+    from xdist.scheduler import LoadScopeScheduling
+except ImportError:  # pragma: no cover - xdist is in the dev group
+    pass
+else:
+
+    class _ByResource(LoadScopeScheduling):
+        """xdist's scope scheduling with :func:`worker_group` as the scope."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid)
+
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> _ByResource:
+        config.option.loadscopereorder = False  # the workers' order (longest first) stands
+        return _ByResource(config, log)

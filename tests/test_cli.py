@@ -481,3 +481,16 @@ def test_double_verbose_shows_every_package_debug_lines():
 def test_log_level_sets_rollwires_own_level_only():
     assert _logged("--log-level", "warning", "info") == {"other-warning"}
     assert _logged("info", "--log-level", "DEBUG") == {"own-info", "own-debug", "other-warning"}
+
+
+def test_every_extra_a_missing_module_names_is_one_pyproject_declares():
+    import tomllib
+    from pathlib import Path
+
+    from rollwire.server.cli import EXTRA_OF_MODULE
+
+    root = Path(__file__).resolve().parents[1]
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    assert set(EXTRA_OF_MODULE.values()) <= set(extras)

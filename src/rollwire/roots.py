@@ -17,8 +17,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-#: the example tasks that ship with rollwire (a source checkout's ``examples/tasks``)
-BUNDLED_TASKS = Path(__file__).resolve().parents[2] / "examples" / "tasks"
+#: the example tasks as an installed wheel carries them (pyproject.toml's force-include)
+PACKAGED_TASKS = Path(__file__).resolve().parent / "example_tasks"
+#: the example tasks that ship with rollwire: inside the installed package, else a source
+#: checkout's ``examples/tasks``
+BUNDLED_TASKS = (
+    PACKAGED_TASKS
+    if PACKAGED_TASKS.is_dir()
+    else Path(__file__).resolve().parents[2] / "examples" / "tasks"
+)
 
 
 class OutsideRoots(ValueError):

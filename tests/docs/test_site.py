@@ -132,9 +132,9 @@ def ci_build_flags() -> list[str]:
     (line,) = [
         line
         for line in (ROOT / ".ci" / "run").read_text().splitlines()
-        if line.startswith("uv run mkdocs build")
+        if line.startswith("uv run --group dev mkdocs build")
     ]
-    words = shlex.split(line)[len(["uv", "run", "mkdocs", "build"]) :]
+    words = shlex.split(line)[len(["uv", "run", "--group", "dev", "mkdocs", "build"]) :]
     at = words.index("--site-dir")
     flags = words[:at] + words[at + 2 :]
     assert "--strict" in flags, line

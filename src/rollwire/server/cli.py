@@ -169,7 +169,7 @@ def _cmd_engine(args: argparse.Namespace) -> int:
         from rollwire.engine.server import create_engine_app
     except ImportError as exc:
         _say(
-            f"rollwire engine: the engine extra is not installed ({exc}); run: uv run --extra engine rollwire engine"
+            f"rollwire engine: the engine extra is not installed ({exc}); install it: pip install 'rollwire[engine]' (in a clone: uv run --extra engine rollwire engine)"
         )
         return 2
     try:
@@ -298,7 +298,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             code = outcome[0] if outcome else 1
         elif isinstance(exc, ImportError):
             _say(
-                f"rollwire demo: the engine extra is not installed ({exc}); run: uv run --extra engine rollwire demo"
+                f"rollwire demo: the engine extra is not installed ({exc}); install it: pip install 'rollwire[engine]' (in a clone, `uv run rollwire demo` installs it)"
             )
             return 2
         else:
@@ -537,6 +537,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
         print(
             f"endpoint   {e['llm_url']}: {e['verdict']} (model {e['model']}, tier {e['capture_level']})"
         )
+    if not report["harbor"]["available"]:
+        print(f"harbor     unavailable: {report['harbor']['reason']}")
     print("sandboxes")
     for s in report["sandboxes"]:
         print(f"  {s['name']:14} {'yes' if s['available'] else 'no ':3}  {s['reason'] or ''}")
@@ -828,6 +830,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except ModuleNotFoundError as exc:
+        extra = EXTRA_OF_MODULE.get((exc.name or "").partition(".")[0])
+        if extra is None:
+            raise
+        _say(
+            f"rollwire {args.command}: needs the {extra} extra ({exc}); install it: "
+            f"pip install 'rollwire[{extra}]' (in a clone: uv run --extra {extra} rollwire ...)"
+        )
+        return 2
+
+
+#: a third-party module → the extra that installs it (pyproject.toml's optional-dependencies):
+#: a command that needs a missing extra says which one instead of a traceback
+EXTRA_OF_MODULE = {
+    "llama_cpp": "engine",
+    "jinja2": "engine",
+    "reasoning_gym": "envs",
+    "pyspiel": "envs",
+    "textarena": "envs",
+    "browsergym": "browser",
+    "miniwob": "browser",
+    "playwright": "browser",
+    "harbor": "harbor",
+    "docker": "harbor",
+    "pyarrow": "datasets",
+    "datasets": "datasets",
+    "huggingface_hub": "datasets",
+    "torch": "train",
+    "transformers": "train",
+    "trl": "train",
+    "accelerate": "train",
+    "gguf": "train",
+    "ray": "ray",
+}
 
 
 if __name__ == "__main__":

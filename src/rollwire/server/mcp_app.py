@@ -157,10 +157,12 @@ class ServerState:
         roots = self.roots
 
         def check() -> None:
-            from rollwire.harnesses.harbor.datasets import DatasetError, registry_task_paths
-
             path = roots.dataset(field, source)
             if path.is_file():
+                try:
+                    from rollwire.harnesses.harbor.datasets import DatasetError, registry_task_paths
+                except ImportError:
+                    return  # no harbor extra: resolving it later says what to install
                 try:
                     paths = registry_task_paths(path)
                 except DatasetError:

@@ -163,14 +163,20 @@ async def list_task_page(
 
     Raises :class:`TaskRefError` when ``source`` is neither a family nor a resolvable dataset.
     """
-    from rollwire.harnesses.harbor.datasets import DatasetError
-
     unavailable: dict[str, str] = {}
     skipped: list[str] = []
     if source is None or source in ADAPTERS:
         items, missing = await anyio.to_thread.run_sync(_env_listing, source)
         tasks, unavailable = list(items), dict(missing)
     else:
+        try:
+            from rollwire.harnesses.harbor.datasets import DatasetError
+        except ImportError as exc:  # the harbor extra is not installed
+            raise TaskRefError(
+                f"{source!r} is not an env family {sorted(ADAPTERS)}, and Harbor datasets need "
+                f"Harbor, which is not installed here ({exc}); install the extra: "
+                "pip install 'rollwire[harbor]'"
+            ) from None
         try:
             tasks, skipped = await anyio.to_thread.run_sync(_harbor_listing, source)
         except DatasetError as exc:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import io
 import itertools
 import logging
@@ -437,7 +438,10 @@ class TextArenaAdapter:
     answer_modes: tuple[AnswerMode, ...] = ("tool", "text", "either")
 
     def list_tasks(self) -> list[TaskInfo]:
-        """Every allow-listed game with its player count."""
+        """Every allow-listed game with its player count; TaskError (the family is unavailable)
+        where textarena is not installed, so no task is offered that cannot run."""
+        if importlib.util.find_spec("textarena") is None:
+            raise TaskError("textarena is not installed here; install the 'envs' extra")
         return [
             TaskInfo(
                 task=f"{FAMILY}:{game_id}",
