@@ -11,15 +11,16 @@
 # order with its exit status, seconds and the size of the virtual environment after it; the first
 # failure stops the run.
 # Usage (root): bash scripts/fresh_machine.sh [REPO] > transcript.log 2>&1
+# FRESH_LINES=N runs the first N lines only (2: uv and the demo, without the test line).
 set -euo pipefail
 REPO=$(readlink -f "${1:-$(dirname "$0")/..}")
 BASE=${FRESH_BASE:-/tmp/rollwire-fresh}
 PYENV_ROOT=${PYENV_ROOT:-$(pyenv root)}
 rm -rf "$BASE"
 mkdir -p "$BASE/upper" "$BASE/work" "$BASE/home"
-exec unshare -m --propagation private bash -s "$BASE" "$REPO" "$PYENV_ROOT" <<'INNER'
+exec unshare -m --propagation private bash -s "$BASE" "$REPO" "$PYENV_ROOT" "${FRESH_LINES:-1000}" <<'INNER'
 set -euo pipefail
-BASE=$1 REPO=$2 PYENV_ROOT=$3
+BASE=$1 REPO=$2 PYENV_ROOT=$3 FRESH_LINES=$4
 mount -t overlay overlay -o "lowerdir=$PYENV_ROOT,upperdir=$BASE/upper,workdir=$BASE/work" "$PYENV_ROOT"
 for v in "$PYENV_ROOT"/versions/*; do
   rm -rf "$v"/bin/uv "$v"/bin/uvx "$v"/lib/python*/site-packages/uv "$v"/lib/python*/site-packages/uv-*.dist-info
@@ -32,7 +33,8 @@ git clone -q "$REPO" rollwire
 cd rollwire
 echo "fresh machine: commit $(git rev-parse --short HEAD); uv on PATH: $(command -v uv || echo none);" \
   "python3: $(python3 --version 2>&1); pip: $(pip --version | cut -d' ' -f1-2)"
-sed -n '/\[start:commands\]/,/\[end:commands\]/p' README.md | sed '/^<!--/d;/^```/d' > "$BASE/commands"
+sed -n '/\[start:commands\]/,/\[end:commands\]/p' README.md | sed '/^<!--/d;/^```/d' \
+  | head -n "${FRESH_LINES:-1000}" > "$BASE/commands"
 while IFS= read -r line; do
   start=$(date +%s)
   echo "\$ $line   [$(date -u +%H:%M:%S) UTC]"

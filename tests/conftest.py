@@ -97,37 +97,6 @@ def worker_group(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
 
 
-#: the longest units, longest first: xdist hands them out before the rest, so the run does not
-#: end with one worker on a long file and the other idle. Seconds of each unit on one of two
-#: busy workers, measured with `pytest -n 2 --durations=0` (docs/ci-time.md).
-LONGEST_FIRST = (
-    "tests/examples/test_sft_warmup.py",  # 1,253 s
-    "tests/test_demo.py",  # 345 s
-    "tests/engine/test_weight_sync.py",  # 255 s
-    "tests/test_cli.py",  # 186 s
-    "tests/e2e/test_vllm_weight_sync.py",  # 181 s
-    "tests/engine/test_hf_engine.py",  # 139 s
-    "tests/packaging/test_extras.py",  # 133 s
-    "tests/packaging/test_wheel.py",  # 124 s
-    "tests/clients/test_client_matrix.py",  # 120 s
-    "docker",  # 120 s
-    "tests/engine/test_engine.py",  # 115 s
-    "ray",  # 105 s
-)
-
-
-def _rank(item: pytest.Item) -> int:
-    group = worker_group(item.nodeid)
-    return LONGEST_FIRST.index(group) if group in LONGEST_FIRST else len(LONGEST_FIRST)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On an xdist worker, the longest units first (a stable sort: within a unit, and among the
-    rest, the order stays the collection's). A run without xdist keeps the collection's order."""
-    if hasattr(config, "workerinput"):
-        items.sort(key=_rank)
-
-
 try:
     from xdist.scheduler import LoadScopeScheduling
 except ImportError:  # pragma: no cover - xdist is in the dev group
@@ -141,5 +110,7 @@ else:
             return worker_group(nodeid)
 
     def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> _ByResource:
-        config.option.loadscopereorder = False  # the workers' order (longest first) stands
+        # Units go out largest (most tests) first, xdist's default. Longest first was tried and
+        # measured slower: the longest units are the CPU-heavy ones, and two of them at once on
+        # two cores each take twice as long (docs/ci-time.md).
         return _ByResource(config, log)

@@ -31,10 +31,3 @@ def test_every_shared_resource_names_files_that_exist():
     for prefixes in SHARED_RESOURCES.values():
         for prefix in prefixes:
             assert (ROOT / prefix.split("::", 1)[0]).exists(), prefix
-
-
-def test_every_longest_first_unit_is_a_unit_of_the_suite():
-    from tests.conftest import LONGEST_FIRST
-
-    for unit in LONGEST_FIRST:
-        assert unit in SHARED_RESOURCES or (ROOT / unit).is_file(), unit

