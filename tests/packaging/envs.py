@@ -36,22 +36,36 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def uv_cmd(
+    *args: str, cwd: Path, timeout: float = 300, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """``uv ARGS`` offline, in the test process's environment less the checkout's venv."""
+    return subprocess.run(
+        [uv(), *args],
+        cwd=cwd,
+        env=clean_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def python_prints(env_dir: Path, code: str, *argv: str, cwd: Path) -> str:
+    """What ``python -c CODE ARGV`` of the environment prints (it must exit 0)."""
+    done = run(env_dir, "python", "-c", code, *argv, cwd=cwd)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip()
+
+
 def project_env(path: Path, *extras: str, project: bool = True) -> Path:
     """The project (editable; left out with ``project=False``) plus exactly ``extras`` from
     uv.lock, at ``path``; no dependency groups."""
-    args = [uv(), "sync", "--frozen", "--no-default-groups", "--python", sys.executable]
+    args = ["sync", "--frozen", "--no-default-groups", "--python", sys.executable]
     if not project:
         args.append("--no-install-project")
     for extra in extras:
         args += ["--extra", extra]
-    done = subprocess.run(
-        args,
-        cwd=ROOT,
-        env=clean_env(UV_PROJECT_ENVIRONMENT=str(path)),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = uv_cmd(*args, cwd=ROOT, timeout=600, UV_PROJECT_ENVIRONMENT=str(path))
     assert done.returncode == 0, done.stderr[-3000:]
     return path
 

@@ -19,7 +19,7 @@ import pytest
 
 from tests.datasets.samples import make_record
 from tests.fakes.spawn import free_port
-from tests.packaging.envs import ROOT, clean_env, project_env, run
+from tests.packaging.envs import ROOT, clean_env, project_env, python_prints, run
 
 pytestmark = pytest.mark.slow
 
@@ -111,17 +111,14 @@ def datasets_export_a_collection_to_parquet(env: Path, tmp: Path) -> None:
             store.write_episode(make_record(i, reward=float(i % 2)))
     done = run(env, "rollwire", "export", str(tmp / "c"), "--out", str(tmp / "out"), cwd=tmp)
     assert done.returncode == 0, done.stderr[-3000:]
-    check = run(
+    rows = python_prints(
         env,
-        "python",
-        "-c",
         "import pyarrow.parquet as pq, glob, sys; "
         "print(sum(pq.read_table(f).num_rows for f in glob.glob(sys.argv[1])))",
         str(tmp / "out" / "train-*.parquet"),
         cwd=tmp,
     )
-    assert check.returncode == 0, check.stderr[-3000:]
-    assert check.stdout.strip() == "3"
+    assert rows == "3"
 
 
 def train_converts_the_gguf_to_a_hugging_face_folder(env: Path, tmp: Path) -> None:
@@ -131,10 +128,8 @@ def train_converts_the_gguf_to_a_hugging_face_folder(env: Path, tmp: Path) -> No
     out = tmp / "hf"
     done = run(env, "rollwire", "convert", "--gguf", str(gguf), "--out", str(out), cwd=tmp)
     assert done.returncode == 0, done.stderr[-3000:]
-    load = run(
+    loaded = python_prints(
         env,
-        "python",
-        "-c",
         "import sys, torch, transformers as t; m = t.AutoModelForCausalLM.from_pretrained("
         "sys.argv[1]); tok = t.AutoTokenizer.from_pretrained(sys.argv[1]); "
         "ids = tok('2+2=', return_tensors='pt').input_ids; "
@@ -142,8 +137,7 @@ def train_converts_the_gguf_to_a_hugging_face_folder(env: Path, tmp: Path) -> No
         str(out),
         cwd=tmp,
     )
-    assert load.returncode == 0, load.stderr[-3000:]
-    assert load.stdout.strip().endswith("True")
+    assert loaded.endswith("True")
 
 
 RAY_SCRIPT = """
@@ -169,9 +163,7 @@ finally:
 def ray_joins_a_cluster_and_runs_a_task(env: Path, tmp: Path) -> None:
     """rollwire's driver connection to a head of this environment's own Ray (a cluster this
     process owns and shuts down; never `ray stop`, which would stop every Ray on the machine)."""
-    done = run(env, "python", "-c", RAY_SCRIPT, cwd=tmp, timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip().splitlines()[-1] == "42"
+    assert python_prints(env, RAY_SCRIPT, cwd=tmp).splitlines()[-1] == "42"
 
 
 def browser_lists_the_miniwob_tasks(env: Path, tmp: Path) -> None:

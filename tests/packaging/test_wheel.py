@@ -8,7 +8,6 @@ from __future__ import annotations
 import email
 import json
 import re
-import subprocess
 import sys
 import tarfile
 import zipfile
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 from mcp import Client, StdioServerParameters
 
-from tests.packaging.envs import ROOT, clean_env, project_env, run, uv
+from tests.packaging.envs import ROOT, clean_env, project_env, python_prints, run, uv_cmd
 from tests.tools.test_mcp_inmemory import TOOLS
 
 pytestmark = pytest.mark.slow
@@ -26,14 +25,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("dist")
-    done = subprocess.run(
-        [uv(), "build", "--out-dir", str(out), "--python", sys.executable],
-        cwd=ROOT,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = uv_cmd("build", "--out-dir", str(out), "--python", sys.executable, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     [wheel] = out.glob("rollwire-*.whl")
     [sdist] = out.glob("rollwire-*.tar.gz")
@@ -50,23 +42,9 @@ def installed(dist: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -
         tmp_path_factory.mktemp("installed") / "venv", "engine", "envs", project=False
     )
     python = str(venv / "bin" / "python")
-    done = subprocess.run(
-        [uv(), "pip", "install", "--python", python, "--no-deps", str(dist["wheel"])],
-        cwd=venv,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = uv_cmd("pip", "install", "--python", python, "--no-deps", str(dist["wheel"]), cwd=venv)
     assert done.returncode == 0, done.stderr[-3000:]
-    check = subprocess.run(
-        [uv(), "pip", "check", "--python", python],
-        cwd=venv,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    check = uv_cmd("pip", "check", "--python", python, cwd=venv)
     unmet = set(
         re.findall(r"The package `([^`]+)` requires `([^`]+)`", check.stdout + check.stderr)
     )
@@ -84,15 +62,13 @@ def test_installed_environment_meets_the_wheels_requirements_with_its_extras(
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
-    listing = run(
+    listing = python_prints(
         installed,
-        "python",
-        "-c",
         "import importlib.metadata as m, json; "
         "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))",
         cwd=tmp_path,
     )
-    versions = {canonicalize_name(k): v for k, v in json.loads(listing.stdout).items()}
+    versions = {canonicalize_name(k): v for k, v in json.loads(listing).items()}
     with zipfile.ZipFile(dist["wheel"]) as whl:
         [meta_name] = [n for n in whl.namelist() if n.endswith(".dist-info/METADATA")]
         meta = email.message_from_bytes(whl.read(meta_name))
@@ -145,10 +121,8 @@ def test_sdist_builds_from_the_sources_it_carries(dist: dict[str, Path]) -> None
 
 
 def test_installed_wheel_runs_the_demo_outside_the_clone(installed: Path, tmp_path: Path) -> None:
-    where = run(
-        installed, "python", "-c", "import rollwire; print(rollwire.__file__)", cwd=tmp_path
-    )
-    assert where.stdout.strip().startswith(str(installed)), where.stdout
+    where = python_prints(installed, "import rollwire; print(rollwire.__file__)", cwd=tmp_path)
+    assert where.startswith(str(installed)), where
     done = run(installed, "rollwire", "demo", cwd=tmp_path, timeout=600)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     assert "parity PASS" in done.stdout, done.stdout[-3000:]
@@ -157,14 +131,9 @@ def test_installed_wheel_runs_the_demo_outside_the_clone(installed: Path, tmp_pa
 
 @pytest.mark.anyio
 async def test_installed_wheel_serves_mcp_over_stdio(installed: Path, tmp_path: Path) -> None:
-    where = run(
-        installed,
-        "python",
-        "-c",
-        "from rollwire.roots import BUNDLED_TASKS; print(BUNDLED_TASKS)",
-        cwd=tmp_path,
+    bundled = python_prints(
+        installed, "from rollwire.roots import BUNDLED_TASKS; print(BUNDLED_TASKS)", cwd=tmp_path
     )
-    bundled = where.stdout.strip()
     assert bundled.startswith(str(installed)) and bundled.endswith("rollwire/example_tasks")
     params = StdioServerParameters(
         command=str(installed / "bin" / "rollwire"),
