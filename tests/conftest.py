@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,6 +98,76 @@ def worker_group(nodeid: str) -> str:
     return nodeid.split("::", 1)[0]
 
 
+#: The longest units, longest first: xdist hands them out before the rest, so the run does not
+#: end with one worker on a long file while the other is idle. Seconds of each unit on one of
+#: two workers, each pinned to its own core (docs/ci-time.md). This order only pays because of
+#: the pinning: unpinned, the longest units are the CPU-heavy ones, and two of them side by side
+#: on two shared cores each took twice as long.
+LONGEST_FIRST = (
+    "tests/examples/test_sft_warmup.py",  # 700 s
+    "tests/engine/test_weight_sync.py",
+    "tests/e2e/test_vllm_weight_sync.py",
+    "tests/test_cli.py",
+    "tests/engine/test_hf_engine.py",
+    "tests/packaging/test_extras.py",
+    "tests/packaging/test_wheel.py",
+    "tests/clients/test_client_matrix.py",
+    "tests/engine/test_engine.py",
+    "tests/test_demo.py",
+    "docker",
+    "ray",
+)
+
+
+def _rank(item: pytest.Item) -> int:
+    group = worker_group(item.nodeid)
+    return LONGEST_FIRST.index(group) if group in LONGEST_FIRST else len(LONGEST_FIRST)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker, the longest units first (a stable sort: within a unit, and among the
+    rest, the order stays the collection's). A run without xdist keeps the collection's order."""
+    if hasattr(config, "workerinput"):
+        items.sort(key=_rank)
+
+
+#: The CPUs this process could use before any pinning (a worker pins itself at configure time).
+STARTING_CPUS: set[int] = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+
+
+def worker_cpus(worker: str, workers: int, cpus: set[int]) -> set[int] | None:
+    """The CPUs xdist worker ``gwN`` of ``workers`` runs on: every ``workers``-th of ``cpus``
+    from its index, so the workers never share a core. ``None`` (leave it unpinned) where the
+    name is not a worker's or there are fewer CPUs than workers.
+
+    Pinned, each worker's engines, trainers and servers (which inherit the mask, and size their
+    thread pools to it: ``rollwire.engine.model.usable_cpus``, torch's default) run as on a
+    machine of their own. Unpinned, two workers' llama.cpp and torch thread pools, each as wide
+    as the machine, spun against each other: the SFT warm-up took 1,253 s beside the other
+    worker, against 697 s pinned beside it (docs/ci-time.md)."""
+    if not worker.startswith("gw") or not worker[2:].isdigit() or len(cpus) < workers:
+        return None
+    return set(sorted(cpus)[int(worker[2:]) :: workers])
+
+
+def _pin_this_process(mask: set[int]) -> None:
+    """Every thread of this process (execnet's included) onto ``mask``: Linux applies an
+    affinity to one thread, and a thread or child process inherits its creator's."""
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setaffinity(int(tid), mask)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if not hasattr(os, "sched_setaffinity") or not worker:
+        return
+    mask = worker_cpus(worker, workers, os.sched_getaffinity(0))
+    if mask is not None:
+        _pin_this_process(mask)
+
+
 try:
     from xdist.scheduler import LoadScopeScheduling
 except ImportError:  # pragma: no cover - xdist is in the dev group
@@ -110,7 +181,5 @@ else:
             return worker_group(nodeid)
 
     def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> _ByResource:
-        # Units go out largest (most tests) first, xdist's default. Longest first was tried and
-        # measured slower: the longest units are the CPU-heavy ones, and two of them at once on
-        # two cores each take twice as long (docs/ci-time.md).
+        config.option.loadscopereorder = False  # the workers' order (longest first) stands
         return _ByResource(config, log)

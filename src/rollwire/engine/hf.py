@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import os
 import re
 import threading
 from pathlib import Path
@@ -28,7 +27,7 @@ import numpy as np
 
 from rollwire.capture.dialects.hermes import prepare_messages
 from rollwire.checkpoints import TensorSpec
-from rollwire.engine.model import EngineError, EngineModel
+from rollwire.engine.model import EngineError, EngineModel, usable_cpus
 from rollwire.engine.template import hf_messages
 
 TRAIN_EXTRA_HINT = (
@@ -76,7 +75,7 @@ class HFModel(EngineModel):
     """One Hugging Face causal LM in float32 on the CPU, with one KV cache; calls are serialised.
 
     ``n_ctx`` is capped at the config's ``max_position_embeddings``; ``n_threads`` sets torch's
-    (process-wide) thread count, all cores by default."""
+    (process-wide) thread count, every CPU this process may use by default."""
 
     backend = "transformers"
     supports_weight_updates = True
@@ -91,7 +90,7 @@ class HFModel(EngineModel):
             raise FileNotFoundError(
                 f"{self.path}: not a Hugging Face model folder (no config.json)"
             )
-        torch.set_num_threads(n_threads or os.cpu_count() or 1)
+        torch.set_num_threads(n_threads or usable_cpus())
         try:
             self._tok = transformers.AutoTokenizer.from_pretrained(self.path)
             self._model = transformers.AutoModelForCausalLM.from_pretrained(

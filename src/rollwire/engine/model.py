@@ -407,6 +407,16 @@ def _go_on() -> None:
     """The checkpoint of a call nobody can pause."""
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity mask (``taskset``, a container's cpuset, a
+    test worker pinned to its own core), not the machine's count. An engine that starts more
+    compute threads than that spins them against each other and runs several times slower."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # no affinity call on this platform (macOS)
+        return os.cpu_count() or 1
+
+
 class ReferenceModel(EngineModel):
     """One GGUF model and one llama.cpp context; calls are serialised by a lock."""
 
@@ -424,7 +434,7 @@ class ReferenceModel(EngineModel):
             model_path=str(self.path),
             n_ctx=n_ctx,
             n_batch=512,
-            n_threads=n_threads or os.cpu_count() or 1,
+            n_threads=n_threads or usable_cpus(),
             logits_all=False,
             verbose=False,
         )
