@@ -487,7 +487,7 @@ def test_every_extra_a_missing_module_names_is_one_pyproject_declares():
     import tomllib
     from pathlib import Path
 
-    from rollwire.server.cli import EXTRA_OF_MODULE
+    from rollwire.extras import EXTRA_OF_MODULE
 
     root = Path(__file__).resolve().parents[1]
     extras = tomllib.loads((root / "pyproject.toml").read_text())["project"][

@@ -40,6 +40,7 @@ from rollwire.collect.collection import (
     Ran,
     run_pinned,
 )
+from rollwire.extras import install_hint
 from rollwire.tools.endpoint import EndpointPool
 from rollwire.tools.engines import EnginesDiffer, EngineSet, EngineUse, NoEngineLeft
 from rollwire.tools.rollouts import Plan, RolloutRequest, failed_result
@@ -76,9 +77,7 @@ def connect(address: str) -> None:
     try:
         import ray
     except ImportError:
-        raise RayUnavailable(
-            "ray: Ray is not installed; install the extra: pip install 'rollwire[ray]'"
-        ) from None
+        raise RayUnavailable(f"ray: Ray is not installed; {install_hint('ray')}") from None
     if ray.is_initialized():
         return
     host, port = _host_port(address)

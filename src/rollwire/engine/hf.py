@@ -29,10 +29,9 @@ from rollwire.capture.dialects.hermes import prepare_messages
 from rollwire.checkpoints import TensorSpec
 from rollwire.engine.model import EngineError, EngineModel, usable_cpus
 from rollwire.engine.template import hf_messages
+from rollwire.extras import install_hint
 
-TRAIN_EXTRA_HINT = (
-    "install the train extra: pip install 'rollwire[train]' (or uv sync --extra train)"
-)
+TRAIN_EXTRA_HINT = install_hint("train")
 _END_CANDIDATES = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>")
 _BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 _SAFETENSORS_DTYPES = {

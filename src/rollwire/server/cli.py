@@ -28,6 +28,7 @@ from rollwire.capture.parity import render_report, run_parity
 from rollwire.capture.proxy import CaptureProxy, certified_config
 from rollwire.capture.rollout import CaptureLevel
 from rollwire.capture.upstream import Upstream
+from rollwire.extras import EXTRA_OF_MODULE, install_hint
 from rollwire.server import agents_cli, collect_cli, images_cli, options
 from rollwire.server.options import token_in_settings
 from rollwire.serving import BindError, bind, run_server, serving, settle_gc, url_of
@@ -169,7 +170,7 @@ def _cmd_engine(args: argparse.Namespace) -> int:
         from rollwire.engine.server import create_engine_app
     except ImportError as exc:
         _say(
-            f"rollwire engine: the engine extra is not installed ({exc}); install it: pip install 'rollwire[engine]' (in a clone: uv run --extra engine rollwire engine)"
+            f"rollwire engine: the engine extra is not installed ({exc}); {install_hint('engine')}"
         )
         return 2
     try:
@@ -298,7 +299,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             code = outcome[0] if outcome else 1
         elif isinstance(exc, ImportError):
             _say(
-                f"rollwire demo: the engine extra is not installed ({exc}); install it: pip install 'rollwire[engine]' (in a clone, `uv run rollwire demo` installs it)"
+                f"rollwire demo: the engine extra is not installed ({exc}); "
+                f"{install_hint('engine')} (`uv run rollwire demo` installs it)"
             )
             return 2
         else:
@@ -834,36 +836,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         extra = EXTRA_OF_MODULE.get((exc.name or "").partition(".")[0])
         if extra is None:
             raise
-        _say(
-            f"rollwire {args.command}: needs the {extra} extra ({exc}); install it: "
-            f"pip install 'rollwire[{extra}]' (in a clone: uv run --extra {extra} rollwire ...)"
-        )
+        _say(f"rollwire {args.command}: needs the {extra} extra ({exc}); {install_hint(extra)}")
         return 2
-
-
-#: a third-party module → the extra that installs it (pyproject.toml's optional-dependencies):
-#: a command that needs a missing extra says which one instead of a traceback
-EXTRA_OF_MODULE = {
-    "llama_cpp": "engine",
-    "jinja2": "engine",
-    "reasoning_gym": "envs",
-    "pyspiel": "envs",
-    "textarena": "envs",
-    "browsergym": "browser",
-    "miniwob": "browser",
-    "playwright": "browser",
-    "harbor": "harbor",
-    "docker": "harbor",
-    "pyarrow": "datasets",
-    "datasets": "datasets",
-    "huggingface_hub": "datasets",
-    "torch": "train",
-    "transformers": "train",
-    "trl": "train",
-    "accelerate": "train",
-    "gguf": "train",
-    "ray": "ray",
-}
 
 
 if __name__ == "__main__":

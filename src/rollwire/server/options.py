@@ -333,7 +333,11 @@ SERVED_MODEL_NAME = option(
 MAX_MODEL_LEN = option(
     "--max-model-len", type=int, default=8192, help="context length (default 8192)"
 )
-THREADS = option("--threads", type=int, help="CPU threads (default: every CPU this process may use, as taskset or a cpuset allows)")
+THREADS = option(
+    "--threads",
+    type=int,
+    help="CPU threads (default: every CPU this process may use, as taskset or a cpuset allows)",
+)
 LOGPROBS_MODE = option(
     "--logprobs-mode",
     choices=["processed_logprobs", "raw_logprobs"],

@@ -11,10 +11,11 @@ from typing import Any
 import anyio
 
 from rollwire.capture.certify import validate_llm
+from rollwire.extras import install_hint
 from rollwire.roots import BUNDLED_TASKS
 
 #: where a report says Harbor is missing: the harbor extra is not installed
-HARBOR_EXTRA = "install the extra: pip install 'rollwire[harbor]'"
+HARBOR_EXTRA = install_hint("harbor")
 
 
 async def info_report(

@@ -20,6 +20,7 @@ from typing import Literal
 import anyio
 from pydantic import BaseModel, Field
 
+from rollwire.extras import install_hint
 from rollwire.harnesses.envs.registry import ADAPTERS, TaskError, list_tasks, parse_task
 
 HARBOR_PREFIX = "harbor:"
@@ -174,8 +175,7 @@ async def list_task_page(
         except ImportError as exc:  # the harbor extra is not installed
             raise TaskRefError(
                 f"{source!r} is not an env family {sorted(ADAPTERS)}, and Harbor datasets need "
-                f"Harbor, which is not installed here ({exc}); install the extra: "
-                "pip install 'rollwire[harbor]'"
+                f"Harbor, which is not installed here ({exc}); {install_hint('harbor')}"
             ) from None
         try:
             tasks, skipped = await anyio.to_thread.run_sync(_harbor_listing, source)

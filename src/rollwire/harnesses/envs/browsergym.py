@@ -35,6 +35,7 @@ from typing import Any
 
 import anyio
 
+from rollwire.extras import install_hint
 from rollwire.harnesses.envs.registry import TaskError, TaskInfo, check_answer_mode
 from rollwire.sessions.base import (
     AnswerMode,
@@ -74,7 +75,7 @@ CHROMIUM_FLAGS = (
     "--disable-sync",
 )
 INSTALL_HINT = "BrowserGym needs Debian chromium: apt-get install chromium"
-EXTRA_HINT = "install the browser extra: pip install 'rollwire[browser]'"
+EXTRA_HINT = install_hint("browser")
 
 DEFAULT_CONFIG: dict[str, Any] = {
     "max_obs_chars": 6000,  # the accessibility tree is cut beyond this

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from rollwire.extras import install_hint
 from rollwire.harnesses.envs.registry import TaskError, TaskInfo, check_answer_mode
 from rollwire.sessions.base import AnswerMode, EnvVerdict, ResourceSession, ToolSpec
 from rollwire.sessions.stepenv import ActionTool, StepEnvSession, StepOutcome, ToolArgumentError
@@ -92,7 +93,7 @@ def _pyspiel() -> Any:
         import pyspiel
     except ImportError as exc:
         raise TaskError(
-            f"open-spiel is not installed here ({exc}); install the 'envs' extra"
+            f"open-spiel is not installed here ({exc}); {install_hint('envs')}"
         ) from exc
     return pyspiel
 

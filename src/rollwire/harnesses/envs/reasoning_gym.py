@@ -18,6 +18,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from rollwire.extras import install_hint
 from rollwire.harnesses.envs.registry import TaskError, TaskInfo, check_answer_mode
 from rollwire.sessions.base import AnswerMode, EnvVerdict, ResourceSession, ToolSpec
 from rollwire.sessions.stepenv import ActionTool, StepEnvSession, StepOutcome, ToolArgumentError
@@ -57,7 +58,7 @@ def _rg() -> Any:
             return importlib.import_module("reasoning_gym")
         except ImportError as exc:
             raise TaskError(
-                f"reasoning-gym is not installed here ({exc}); install the 'envs' extra"
+                f"reasoning-gym is not installed here ({exc}); {install_hint('envs')}"
             ) from exc
 
 

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from rollwire.extras import install_hint
 from rollwire.harnesses.envs.registry import TaskError, TaskInfo, check_answer_mode
 from rollwire.sessions.base import AnswerMode, EnvVerdict, ResourceSession, ToolSpec
 from rollwire.sessions.stepenv import ActionTool, StepEnvSession, StepOutcome, ToolArgumentError
@@ -232,9 +233,7 @@ def _ta() -> Any:
         with quiet():
             return importlib.import_module("textarena")
     except ImportError as exc:
-        raise TaskError(
-            f"textarena is not installed here ({exc}); install the 'envs' extra"
-        ) from exc
+        raise TaskError(f"textarena is not installed here ({exc}); {install_hint('envs')}") from exc
 
 
 def _registry() -> dict[str, Any]:
@@ -441,7 +440,7 @@ class TextArenaAdapter:
         """Every allow-listed game with its player count; TaskError (the family is unavailable)
         where textarena is not installed, so no task is offered that cannot run."""
         if importlib.util.find_spec("textarena") is None:
-            raise TaskError("textarena is not installed here; install the 'envs' extra")
+            raise TaskError(f"textarena is not installed here; {install_hint('envs')}")
         return [
             TaskInfo(
                 task=f"{FAMILY}:{game_id}",

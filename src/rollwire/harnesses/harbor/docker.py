@@ -78,6 +78,7 @@ from harbor.models.task.config import NetworkMode, TaskOS
 from harbor.models.trial.config import ResourceMode
 from harbor.models.trial.paths import TrialPaths
 
+from rollwire.extras import install_hint
 from rollwire.harnesses.harbor.dockerfile import (
     UnsupportedDockerfileError,
     _instructions,
@@ -123,7 +124,7 @@ OWNER_LABEL = "rollwire.owner"  # the ``owner`` kwarg ("" when none)
 SESSION_LABEL = "rollwire.session"  # Harbor's session id
 PROCESS_LABEL = "rollwire.process"  # host:pid:start-time of the process that made it (sweeps)
 BASE_IMAGE_COMMAND = "rollwire images build debian:bookworm-slim"
-SDK_HINT = "pip install 'rollwire[harbor]' (the Docker SDK for Python, docker>=7.1)"
+SDK_HINT = f"{install_hint('harbor')} (the Docker SDK for Python, docker>=7.1)"
 DEFAULT_PIDS_LIMIT = 4096
 PING_TIMEOUT_SEC = 2.0
 # pid 1 of every sandbox: sleeps until killed; TERM (docker stop) ends it at once.
