@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -56,11 +58,22 @@ def raw_engine_url(reference_model: ReferenceModel) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def converted_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The embedded SmolLM2 GGUF as a Hugging Face folder, written by ``rollwire convert``
-    itself (~35 s; needs the train extra)."""
-    out = tmp_path_factory.mktemp("smollm2-hf")
+    itself (~45 s; needs the train extra). Once per run: under xdist the workers share it (the
+    first one there converts, under a lock, into a folder it renames into place when whole; the
+    other waits). Tests read it and never write into it."""
     from rollwire.server.cli import main
 
-    assert main(["convert", "--out", str(out)]) == 0
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's base temp, above each worker's own
+    out = root / "smollm2-hf"
+    with open(root / "smollm2-hf.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / "config.json").is_file():
+            partial = root / "smollm2-hf.partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            assert main(["convert", "--out", str(partial)]) == 0
+            partial.rename(out)
     return out
 
 

@@ -1,4 +1,4 @@
-"""``examples/sft_warmup.py --quick`` as shipped, for real: the scripted teacher collected through
+"""``examples/sft_warmup.py --quick`` (with 4 held-out episodes, not 12), for real: the scripted teacher collected through
 a ``rollwire serve --http`` process, ``export --format sft``, ``rollwire convert``, TRL's
 SFTTrainer on CPU, ``rollwire engine --model`` before and after (certified and parity-checked),
 held-out evaluation through MCP, and two GRPO steps of ``examples/trl_grpo.py`` from the warmed
@@ -20,13 +20,20 @@ import pytest
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
+EVAL_EPISODES = 4
 
 
 @pytest.fixture(scope="module")
-def warmup(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict]:
+def warmup(tmp_path_factory, converted_dir: Path) -> tuple[subprocess.CompletedProcess, dict]:
     tmp = tmp_path_factory.mktemp("warmup")
     results = tmp / "results.json"
+    # The base folder is the session's converted one (the script converts only where its work
+    # folder has none: `rollwire convert` itself is tested by the fixture that made it), and
+    # the held-out evals are EVAL_EPISODES episodes rather than --quick's 12: CI time.
+    (tmp / "work").mkdir()
+    (tmp / "work" / "base").symlink_to(converted_dir, target_is_directory=True)
     argv = [sys.executable, str(ROOT / "examples" / "sft_warmup.py"), "--quick"]
+    argv += ["--eval-episodes", str(EVAL_EPISODES)]
     argv += ["--work", str(tmp / "work"), "--results", str(results)]
     # A session of its own: on a timeout the whole group goes (the engines and the server the
     # script started would outlive it otherwise).
@@ -56,7 +63,7 @@ def test_the_table_compares_held_out_seeds_before_and_after(warmup):
     assert before["seeds"] == after["seeds"] and before["seeds"][0] >= 1_000_000
     teacher_seeds = results["teacher"]["seeds"]
     assert teacher_seeds[1] < before["seeds"][0]  # the held-out instances were never taught
-    assert before["episodes"] == after["episodes"] == 12
+    assert before["episodes"] == after["episodes"] == EVAL_EPISODES
 
 
 def test_warm_up_teaches_the_tool_call(warmup):
