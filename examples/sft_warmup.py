@@ -326,6 +326,9 @@ def fine_tune(args: argparse.Namespace, base: Path, data: Path, out: Path, logs:
         save_strategy="no",
         report_to="none",
         bf16=False,
+        # TRL turns it on by default (as gradient_checkpointing); for 135M parameters on a CPU
+        # memory is not short, and recomputing each forward pass in the backward one costs time
+        activation_checkpointing=False,
         seed=args.seed,
     )
     trainer = SFTTrainer(

@@ -1,9 +1,10 @@
-"""``examples/sft_warmup.py --quick`` (with 4 held-out episodes, not 12), for real: the scripted teacher collected through
-a ``rollwire serve --http`` process, ``export --format sft``, ``rollwire convert``, TRL's
-SFTTrainer on CPU, ``rollwire engine --model`` before and after (certified and parity-checked),
-held-out evaluation through MCP, and two GRPO steps of ``examples/trl_grpo.py`` from the warmed
-model with its weights pushed into the engine between them. No mocks: torch, TRL, the engine
-and the MCP server all run (a few minutes)."""
+"""``examples/sft_warmup.py --quick`` for real, on a smaller budget (4 held-out episodes, not 12,
+and the session's converted base model): the scripted teacher collected
+through a ``rollwire serve --http`` process, ``export --format sft``, TRL's SFTTrainer on CPU,
+``rollwire engine --model`` before and after (certified and parity-checked), held-out
+evaluation through MCP, and two GRPO steps of ``examples/trl_grpo.py`` from the warmed model
+with its weights pushed into the engine between them. No mocks: torch, TRL, the engine and the
+MCP server all run (a few minutes)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,9 @@ def warmup(tmp_path_factory, converted_dir: Path) -> tuple[subprocess.CompletedP
     results = tmp / "results.json"
     # The base folder is the session's converted one (the script converts only where its work
     # folder has none: `rollwire convert` itself is tested by the fixture that made it), and
-    # the held-out evals are EVAL_EPISODES episodes rather than --quick's 12: CI time.
+    # the held-out evals are EVAL_EPISODES episodes rather than --quick's 12: CI time. (GRPO's
+    # groups stay 8: the quick student leaves some samples unscored, and a smaller group is
+    # likelier to have no scored sample at all.)
     (tmp / "work").mkdir()
     (tmp / "work" / "base").symlink_to(converted_dir, target_is_directory=True)
     argv = [sys.executable, str(ROOT / "examples" / "sft_warmup.py"), "--quick"]

@@ -299,8 +299,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             code = outcome[0] if outcome else 1
         elif isinstance(exc, ImportError):
             _say(
-                f"rollwire demo: the engine extra is not installed ({exc}); "
-                f"{install_hint('engine')} (`uv run rollwire demo` installs it)"
+                f"rollwire demo: the engine extra is not installed ({exc}); {install_hint('engine')}"
             )
             return 2
         else:
