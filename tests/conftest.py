@@ -112,12 +112,12 @@ def worker_group(nodeid: str) -> str:
 
 
 #: The longest units, longest first: xdist hands them out before the rest, so the run does not
-#: end with one worker on a long file while the other is idle. Seconds of each unit on one of
-#: two workers, each pinned to its own core (docs/ci-time.md). This order only pays because of
-#: the pinning: unpinned, the longest units are the CPU-heavy ones, and two of them side by side
-#: on two shared cores each took twice as long.
+#: end with one worker on a long file while the other is idle. The order is roughly that of
+#: docs/ci-time.md's unit tables (the SFT warm-up is by far the longest there, pinned or not).
+#: It only pays because of the pinning: unpinned, the longest units are the CPU-heavy ones, and
+#: two of them side by side on two shared cores each took twice as long.
 LONGEST_FIRST = (
-    "tests/examples/test_sft_warmup.py",  # 700 s
+    "tests/examples/test_sft_warmup.py",
     "tests/engine/test_weight_sync.py",
     "tests/e2e/test_vllm_weight_sync.py",
     "tests/test_cli.py",
