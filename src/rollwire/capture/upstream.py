@@ -97,6 +97,7 @@ class Upstream:
         self.in_flight = 0  # exchanges under way
         self.transport_failures_in_a_row = 0  # connect/timeout/disconnected, reset by any reply
         self.last_transport_error: str | None = None
+        self.stale_retries = 0  # requests sent again after a reused connection was found closed
         self._connect_s = min(10.0, timeout_s)
         self._httpx: httpx.AsyncClient | None = None
         self._session: aiohttp.ClientSession | None = None  # made on first use, inside a loop
@@ -138,6 +139,7 @@ class Upstream:
                     total=None, sock_connect=self._connect_s, sock_read=self.timeout_s
                 ),
                 skip_auto_headers=("User-Agent",),
+                trace_configs=[_REUSE_TRACE],
             )
         return self._session
 
@@ -208,22 +210,33 @@ class Upstream:
         headers: dict[str, str] | None,
         started: list[int],
     ) -> _Reply:
-        try:
-            resp = await self._aiohttp().request(
-                method,
-                url,
-                data=content,
-                headers=headers,
-                allow_redirects=False,
-                proxy=self._proxy_for(url),
-            )
-        except TimeoutError as exc:  # aiohttp's connect and read timeouts are TimeoutErrors
-            raise self._timed_out(None, type(exc).__name__) from exc
-        except aiohttp.ClientConnectorError as exc:
-            msg = f"cannot reach upstream {self.base_url}: {type(exc).__name__}: {exc}"
-            raise UpstreamError("connect", msg) from exc
-        except (aiohttp.ClientError, OSError) as exc:
-            raise self._no_answer(exc) from exc
+        for attempt in (1, 2):
+            connection: dict[str, bool] = {}  # {"reused": True} once aiohttp reuses one
+            try:
+                resp = await self._aiohttp().request(
+                    method,
+                    url,
+                    data=content,
+                    headers=headers,
+                    allow_redirects=False,
+                    proxy=self._proxy_for(url),
+                    trace_request_ctx=connection,
+                )
+            except TimeoutError as exc:  # aiohttp's connect and read timeouts are TimeoutErrors
+                raise self._timed_out(None, type(exc).__name__) from exc
+            except aiohttp.ClientConnectorError as exc:
+                msg = f"cannot reach upstream {self.base_url}: {type(exc).__name__}: {exc}"
+                raise UpstreamError("connect", msg) from exc
+            except (aiohttp.ClientError, OSError) as exc:
+                # The keep-alive race: the engine closed an idle pooled connection just as it
+                # was reused, so the request never reached it. Sent again once, on another
+                # connection; a fresh connection closed without an answer is the engine's own
+                # failure and is not sent again.
+                if attempt == 1 and connection.get("reused"):
+                    self.stale_retries += 1
+                    continue
+                raise self._no_answer(exc) from exc
+            break
         started.append(resp.status)
         try:
             raw = await resp.read()
@@ -333,6 +346,19 @@ class Upstream:
 
 
 _NOT_JSON = object()
+
+
+async def _note_reuse(
+    session: aiohttp.ClientSession, ctx: Any, params: aiohttp.TraceConnectionReuseconnParams
+) -> None:
+    if isinstance(ctx.trace_request_ctx, dict):
+        ctx.trace_request_ctx["reused"] = True
+
+
+#: marks a request's ``trace_request_ctx`` when aiohttp sends it on a pooled connection
+_REUSE_TRACE = aiohttp.TraceConfig()
+_REUSE_TRACE.on_connection_reuseconn.append(_note_reuse)
+_REUSE_TRACE.freeze()
 
 
 def _lenient_json(raw: bytes) -> Any:

@@ -60,6 +60,7 @@ from rollwire.tools.rollouts import (
     plan,
 )
 from rollwire.tools.tasks import HARBOR_PREFIX, HarborRef
+from rollwire.writes import WriteFailed
 
 log = logging.getLogger("rollwire.collect")
 
@@ -368,9 +369,11 @@ async def collect(
 
     Raises :class:`CollectInputError` or :class:`CollectionError` before any rollout runs
     (bad arguments, an endpoint that is not usable, engines that are not one model, an
-    ``out_dir`` holding another collection or not writable); afterwards every failure is a
-    counted result. Cancellation propagates, with the store closed and every written episode
-    intact.
+    ``out_dir`` holding another collection), or :class:`rollwire.writes.WriteFailed` for an
+    ``out_dir`` that cannot be written; afterwards every episode's failure is a counted result,
+    and only the store failing to write (a full or read-only disk) stops the collection: a
+    ``WriteFailed`` naming the file, the cause and what was kept. Cancellation propagates, with
+    the store closed and every written episode intact.
     """
     start = time.perf_counter()
     plans = await anyio.to_thread.run_sync(_plans, config)
@@ -437,6 +440,7 @@ async def _run(
     tokens = 0
     ran = 0
     halted: list[str] = []
+    unwritable: list[WriteFailed] = []
 
     async def report() -> None:
         elapsed = time.perf_counter() - start
@@ -471,6 +475,11 @@ async def _run(
                 if not halted:
                     halted.append(str(exc))
                     log.error("collection halted: %s", exc)
+                scope.cancel()
+                return
+            except WriteFailed as exc:  # a full or read-only disk: stop, say so, keep the rest
+                if not unwritable:
+                    unwritable.append(exc)
                 scope.cancel()
                 return
 
@@ -557,6 +566,14 @@ async def _run(
                 progress.done,
                 progress.total,
             )
+    if unwritable:
+        counts = store.counts
+        raise unwritable[0].with_then(
+            f"the collection stopped with {counts.collected} episodes kept, "
+            f"{counts.filtered} filtered and {counts.failed} failed of {config.episodes} "
+            f"planned, each committed whole in {store.out_dir}; run the same collection "
+            "again once it can be written to resume"
+        )
     summary = rewards.summary() if rewards.count else None
     counts = store.counts
     return CollectResult(

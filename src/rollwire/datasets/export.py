@@ -18,7 +18,6 @@ extra and are imported only when called.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import tempfile
@@ -31,6 +30,7 @@ from pydantic import BaseModel, ValidationError
 
 from rollwire.datasets.records import SCHEMA, EpisodeRecord
 from rollwire.datasets.store import EPISODES_FILE, CorruptCollectionError
+from rollwire.writes import writing
 
 if TYPE_CHECKING:
     import datasets
@@ -202,80 +202,82 @@ def export_collection(
 
     src = Path(collection_dir)
     dest = Path(out_dir) if out_dir is not None else src / DEFAULT_DATA_DIR
-    dest.mkdir(parents=True, exist_ok=True)
-    schema = arrow_schema()
-    staging = Path(tempfile.mkdtemp(prefix=".export-", dir=dest))
-    try:
-        shards: list[Path] = []
-        writer: pq.ParquetWriter | None = None
-        shard_rows = shard_bytes = n_rows = 0
-        batch: list[dict[str, Any]] = []
-        jsonl_file = (staging / JSONL_NAME).open("wb") if jsonl else None
-
-        def flush_batch() -> None:
-            if writer is not None and batch:
-                writer.write_table(pa.Table.from_pylist(batch, schema=schema))
-            batch.clear()
-
-        def open_shard() -> pq.ParquetWriter:
-            path = staging / f"{PARQUET_PREFIX}-{len(shards):05d}.parquet"
-            shards.append(path)
-            return pq.ParquetWriter(path, schema, compression="zstd")
-
+    with writing(dest):  # a full or read-only disk: the error names the export's folder
+        dest.mkdir(parents=True, exist_ok=True)
+        schema = arrow_schema()
+        for stale in dest.glob(".export-*"):  # left by an export the disk stopped (read-only)
+            shutil.rmtree(stale, ignore_errors=True)
+        staging = Path(tempfile.mkdtemp(prefix=".export-", dir=dest))
         try:
-            for record in iter_episodes(src):
-                row = export_row(record)
-                line = orjson.dumps(row)
-                n_rows += 1
-                if jsonl_file is not None:
-                    jsonl_file.write(line + b"\n")
-                if not parquet:
-                    continue
-                size = len(line)
-                if writer is not None and (
-                    shard_rows >= rows_per_shard or shard_bytes + size > max_shard_bytes
-                ):
+            shards: list[Path] = []
+            writer: pq.ParquetWriter | None = None
+            shard_rows = shard_bytes = n_rows = 0
+            batch: list[dict[str, Any]] = []
+            jsonl_file = (staging / JSONL_NAME).open("wb") if jsonl else None
+
+            def flush_batch() -> None:
+                if writer is not None and batch:
+                    writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+                batch.clear()
+
+            def open_shard() -> pq.ParquetWriter:
+                path = staging / f"{PARQUET_PREFIX}-{len(shards):05d}.parquet"
+                shards.append(path)
+                return pq.ParquetWriter(path, schema, compression="zstd")
+
+            try:
+                for record in iter_episodes(src):
+                    row = export_row(record)
+                    line = orjson.dumps(row)
+                    n_rows += 1
+                    if jsonl_file is not None:
+                        jsonl_file.write(line + b"\n")
+                    if not parquet:
+                        continue
+                    size = len(line)
+                    if writer is not None and (
+                        shard_rows >= rows_per_shard or shard_bytes + size > max_shard_bytes
+                    ):
+                        flush_batch()
+                        writer.close()
+                        writer = None
+                    if writer is None:
+                        writer = open_shard()
+                        shard_rows = shard_bytes = 0
+                    batch.append(row)
+                    shard_rows += 1
+                    shard_bytes += size
+                    if len(batch) >= batch_rows:
+                        flush_batch()
+                if parquet:
+                    if writer is None:
+                        writer = open_shard()  # an empty collection: one empty shard
                     flush_batch()
                     writer.close()
                     writer = None
-                if writer is None:
-                    writer = open_shard()
-                    shard_rows = shard_bytes = 0
-                batch.append(row)
-                shard_rows += 1
-                shard_bytes += size
-                if len(batch) >= batch_rows:
-                    flush_batch()
-            if parquet:
-                if writer is None:
-                    writer = open_shard()  # an empty collection: one empty shard
-                flush_batch()
-                writer.close()
-                writer = None
-        finally:
-            if writer is not None:
-                writer.close()
-            if jsonl_file is not None:
-                jsonl_file.close()
+            finally:
+                if writer is not None:
+                    writer.close()
+                if jsonl_file is not None:
+                    jsonl_file.close()
 
-        # Move in: drop the earlier export's files, then rename the new ones into place.
-        for old in dest.glob(f"{PARQUET_PREFIX}-*.parquet"):
-            old.unlink()
-        parquet_names: list[str] = []
-        for i, shard in enumerate(shards):
-            name = f"{PARQUET_PREFIX}-{i:05d}-of-{len(shards):05d}.parquet"
-            os.replace(shard, dest / name)
-            parquet_names.append(name)
-        if jsonl:
-            os.replace(staging / JSONL_NAME, dest / JSONL_NAME)
-        elif (dest / JSONL_NAME).exists():
-            (dest / JSONL_NAME).unlink()
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            shutil.rmtree(staging)
-    return ExportResult(
-        out_dir=str(dest),
-        parquet_files=parquet_names,
-        jsonl_file=JSONL_NAME if jsonl else None,
-        n_rows=n_rows,
-    )
+            # Move in: drop the earlier export's files, then rename the new ones into place.
+            for old in dest.glob(f"{PARQUET_PREFIX}-*.parquet"):
+                old.unlink()
+            parquet_names: list[str] = []
+            for i, shard in enumerate(shards):
+                name = f"{PARQUET_PREFIX}-{i:05d}-of-{len(shards):05d}.parquet"
+                os.replace(shard, dest / name)
+                parquet_names.append(name)
+            if jsonl:
+                os.replace(staging / JSONL_NAME, dest / JSONL_NAME)
+            elif (dest / JSONL_NAME).exists():
+                (dest / JSONL_NAME).unlink()
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)  # a read-only disk keeps it: see above
+        return ExportResult(
+            out_dir=str(dest),
+            parquet_files=parquet_names,
+            jsonl_file=JSONL_NAME if jsonl else None,
+            n_rows=n_rows,
+        )

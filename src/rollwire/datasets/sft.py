@@ -48,6 +48,7 @@ from rollwire.capture.export import Role
 from rollwire.capture.rollout import RolloutType
 from rollwire.datasets.export import ExportError, iter_episodes
 from rollwire.datasets.records import EpisodeRecord, SequenceRow, canonical_json
+from rollwire.writes import writing
 
 DEFAULT_SFT_DIR = "sft"
 SPLIT_FILE = "split.json"
@@ -230,62 +231,65 @@ def export_sft(
             groups[split].add((record.task, record.seed))
             yield row
 
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".sft-", dir=dest.parent))
-    try:
-        features = sft_features(token_columns)
-        written: list[str] = []
-        if not rows["train"] and not rows["eval"]:
-            raise ExportError(
-                f"{src}: no episode to export ({skipped['below_min_reward']} below min_reward "
-                f"{min_reward}, {skipped['no_conversation']} without a recorded conversation, "
-                f"{skipped['fragmented']} fragmented)"
+    with writing(dest):  # a full or read-only disk: the error names the dataset's folder
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        prefix = f".sft-{dest.name}-"
+        for stale in dest.parent.glob(prefix + "*"):  # left by an export a read-only disk stopped
+            shutil.rmtree(stale, ignore_errors=True)
+        staging = Path(tempfile.mkdtemp(prefix=prefix, dir=dest.parent))
+        try:
+            features = sft_features(token_columns)
+            written: list[str] = []
+            if not rows["train"] and not rows["eval"]:
+                raise ExportError(
+                    f"{src}: no episode to export ({skipped['below_min_reward']} below min_reward "
+                    f"{min_reward}, {skipped['no_conversation']} without a recorded conversation, "
+                    f"{skipped['fragmented']} fragmented)"
+                )
+            for split in SPLITS:
+                if not rows[split]:
+                    continue  # an empty split is not written
+                name = f"{split}-00000-of-00001.parquet"
+                with _quiet(datasets):
+                    datasets.Dataset.from_generator(
+                        split_rows,
+                        gen_kwargs={"split": split},
+                        features=features,
+                        cache_dir=str(staging / ".cache"),
+                    ).to_parquet(str(staging / name))
+                written.append(name)
+            result = SftExportResult(
+                out_dir=str(dest),
+                files=[*written, SPLIT_FILE, "README.md"],
+                rows=dict(rows),
+                token_columns=token_columns,
+                skipped=skipped,
+                eval_fraction=eval_fraction,
             )
-        for split in SPLITS:
-            if not rows[split]:
-                continue  # an empty split is not written
-            name = f"{split}-00000-of-00001.parquet"
-            with _quiet(datasets):
-                datasets.Dataset.from_generator(
-                    split_rows,
-                    gen_kwargs={"split": split},
-                    features=features,
-                    cache_dir=str(staging / ".cache"),
-                ).to_parquet(str(staging / name))
-            written.append(name)
-        result = SftExportResult(
-            out_dir=str(dest),
-            files=[*written, SPLIT_FILE, "README.md"],
-            rows=dict(rows),
-            token_columns=token_columns,
-            skipped=skipped,
-            eval_fraction=eval_fraction,
-        )
-        record = {
-            "rule": SPLIT_RULE,
-            "eval_fraction": eval_fraction,
-            "min_reward": min_reward,
-            "token_columns": token_columns,
-            "skipped": skipped,
-            **{
-                split: {"rows": rows[split], "instances": sorted(groups[split], key=_order)}
-                for split in SPLITS
-            },
-        }
-        (staging / SPLIT_FILE).write_bytes(orjson.dumps(record, option=orjson.OPT_INDENT_2))
-        (staging / "README.md").write_text(
-            _card([s for s in SPLITS if rows[s]], result), encoding="utf-8"
-        )
-        shutil.rmtree(staging / ".cache", ignore_errors=True)
-        dest.mkdir(parents=True, exist_ok=True)
-        for old in [*dest.glob("train-*.parquet"), *dest.glob("eval-*.parquet")]:
-            old.unlink()
-        for name in result.files:
-            os.replace(staging / name, dest / name)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            shutil.rmtree(staging)
-    return result
+            record = {
+                "rule": SPLIT_RULE,
+                "eval_fraction": eval_fraction,
+                "min_reward": min_reward,
+                "token_columns": token_columns,
+                "skipped": skipped,
+                **{
+                    split: {"rows": rows[split], "instances": sorted(groups[split], key=_order)}
+                    for split in SPLITS
+                },
+            }
+            (staging / SPLIT_FILE).write_bytes(orjson.dumps(record, option=orjson.OPT_INDENT_2))
+            (staging / "README.md").write_text(
+                _card([s for s in SPLITS if rows[s]], result), encoding="utf-8"
+            )
+            shutil.rmtree(staging / ".cache", ignore_errors=True)
+            dest.mkdir(parents=True, exist_ok=True)
+            for old in [*dest.glob("train-*.parquet"), *dest.glob("eval-*.parquet")]:
+                old.unlink()
+            for name in result.files:
+                os.replace(staging / name, dest / name)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)  # a read-only disk keeps it: see above
+        return result
 
 
 @contextlib.contextmanager

@@ -13,7 +13,8 @@ Commit rule: a record is committed once its whole line, newline included, is in 
 fsynced. Each line goes to the file in one ``os.write`` on an ``O_APPEND`` descriptor, then
 ``os.fsync``; writes are serialised by a ``threading.Lock`` (safe from any thread or event loop).
 A write that fails part-way is truncated back, so the file never holds a partial line followed by
-a good one.
+a good one. A write that fails (a full or read-only disk) raises ``rollwire.writes.WriteFailed``
+naming the file and the cause; every record committed before it stays committed.
 
 On open the files are scanned: an unterminated or unparsable *last* line is what a crash leaves
 behind (the episode was never committed); it is truncated away and reported in ``recovery``, and
@@ -32,7 +33,6 @@ import fcntl
 import hashlib
 import logging
 import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -55,6 +55,7 @@ from rollwire.datasets.records import (
     utc_now,
 )
 from rollwire.datasets.stats import RunningStats, StatsSummary
+from rollwire.writes import WriteFailed, fsync_dir, write_atomic, writing
 
 EPISODES_FILE = "episodes.jsonl"
 FAILURES_FILE = "failures.jsonl"
@@ -155,36 +156,7 @@ class Manifest(BaseModel):
 
 
 # --------------------------------------------------------------------------------------------
-# Files: atomic replace, directory fsync, JSONL scan with tail repair
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` so that readers see the old file or the new, never a part.
-
-    Writes a temporary file in the same directory, fsyncs it, ``os.replace``s it over ``path``
-    and fsyncs the directory. On any failure the temporary file is removed and ``path`` is as it
-    was.
-    """
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
+# Files: JSONL scan with tail repair (atomic replace and directory fsync: rollwire.writes)
 
 
 def read_manifest(out_dir: Path) -> Manifest | None:
@@ -248,7 +220,8 @@ def scan_jsonl(path: Path, visit: Callable[[dict[str, Any]], None]) -> Finding |
             lost = f"; episode {eid} was not committed and will be collected again"
     return warn(
         "torn_tail",
-        f"{path.name}: line {line} ({len(raw)} bytes) was cut short by a crash ({problem}); "
+        f"{path.name}: line {line} ({len(raw)} bytes) was cut short by a crash or a failed "
+        f"write ({problem}); "
         f"truncated it away{lost}",
     )
 
@@ -290,16 +263,28 @@ class EpisodeStore:
     ) -> None:
         self.out_dir = Path(out_dir)
         self._planned = planned
-        self.out_dir.mkdir(parents=True, exist_ok=True)
+        with writing(self.out_dir):
+            self.out_dir.mkdir(parents=True, exist_ok=True)
         self._config: dict[str, Any] = orjson.loads(canonical_json(dict(config or {})))
         self._fingerprint = fingerprint or _config_fingerprint(self._config)
         self._interval = manifest_interval_s
         self._lock = threading.Lock()
         self._closed = False
         self.manifest_error: OSError | None = None  # the last failed manifest update, if any
+        self._fault: WriteFailed | None = None  # a write that failed and could not be undone
         self._fds: dict[str, int] = {}
-        self._lock_fd = self._take_dir_lock()
+        with writing(self.out_dir):
+            self._lock_fd = self._take_dir_lock()
         try:
+            self._open(model, engine_tier)
+        except BaseException:
+            self._release()
+            raise
+
+    def _open(self, model: str | None, engine_tier: str | None) -> None:
+        """Read what is there, repair a torn tail, open the files (an ``OSError`` is a
+        ``WriteFailed`` naming the directory, or the file when it names one)."""
+        with writing(self.out_dir):
             existing = read_manifest(self.out_dir)
             self._check_identity(existing)
             self._model = model if model is not None else (existing.model if existing else None)
@@ -328,12 +313,9 @@ class EpisodeStore:
                 self._fds[name] = os.open(
                     self.out_dir / name, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644
                 )
-            _fsync_dir(self.out_dir)
+            fsync_dir(self.out_dir)
             self._last_manifest = 0.0
             self._write_manifest()
-        except BaseException:
-            self._release()
-            raise
 
     @classmethod
     async def aopen(cls, out_dir: str | os.PathLike[str], **kwargs: Any) -> EpisodeStore:
@@ -567,18 +549,34 @@ class EpisodeStore:
     def __enter__(self) -> EpisodeStore:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self._close_after(exc)
 
     async def __aenter__(self) -> EpisodeStore:
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
+    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(self._close_after, exc)
+
+    def _close_after(self, exc: object) -> None:
+        """Close; when an error is in flight (a full disk, most likely), a manifest that
+        cannot be written is logged, not raised over it: the error says what happened, and
+        the manifest is derived data a resume recomputes."""
+        if exc is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except OSError as close_exc:
+            self.manifest_error = close_exc
+            logger.warning("closing %s after %s: %s", self.out_dir, exc, close_exc)
 
     # -- internals (called with the lock held) -------------------------------------------------
 
     def _check_writable(self) -> None:
+        if self._fault is not None:  # a failed write left a tail it could not put back
+            raise WriteFailed(self._fault.path, self._fault.cause, self._fault.then)
         if self._closed:
             raise CollectionError(f"the episode store for {self.out_dir} is closed")
 
@@ -589,21 +587,29 @@ class EpisodeStore:
             raise DuplicateEpisodeError(eid, f"filtered (in {FILTERED_FILE})")
 
     def _append(self, name: str, line: bytes) -> None:
+        """One line, committed; a failure (a full or read-only disk: ``WriteFailed`` naming
+        the file) leaves the file as it was."""
         fd = self._fds[name]
-        size = os.fstat(fd).st_size
-        try:
-            view = memoryview(line)
-            while view:  # one write; more only if the kernel took part of it
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        except BaseException:
-            # Never leave a partial line for the next record to follow.
+        path = self.out_dir / name
+        with writing(path):
+            size = os.fstat(fd).st_size
             try:
-                os.ftruncate(fd, size)
+                view = memoryview(line)
+                while view:  # one write; more only if the kernel took part of it
+                    view = view[os.write(fd, view) :]
                 os.fsync(fd)
-            except OSError:
-                self._closed = True  # the file's tail is unknown: refuse further writes
-            raise
+            except BaseException as exc:
+                # Never leave a partial line for the next record to follow.
+                try:
+                    os.ftruncate(fd, size)
+                    os.fsync(fd)
+                except OSError as undo:
+                    # The file's tail is unknown: refuse further writes, each with this cause
+                    # (a resume's scan repairs the tail).
+                    self._closed = True
+                    cause = exc if isinstance(exc, OSError) else undo
+                    self._fault = WriteFailed(path, cause, "the store refuses further writes")
+                raise
 
     def _maybe_write_manifest(self) -> None:
         # The record before this is committed: a manifest that cannot be written now must not

@@ -33,6 +33,7 @@ from rollwire.server import agents_cli, collect_cli, images_cli, options
 from rollwire.server.options import token_in_settings
 from rollwire.serving import BindError, bind, run_server, serving, settle_gc, url_of
 from rollwire.sessions.base import DEFAULT_ANSWER_MODE
+from rollwire.writes import WriteFailed, write_atomic, writing
 
 log = logging.getLogger("rollwire")
 
@@ -321,18 +322,21 @@ def _emit(args: argparse.Namespace, i: int, result: Any) -> None:
     print(line + (f" error={result.error}" if result.error else ""), flush=True)
 
 
-async def _out_dir(args: argparse.Namespace) -> anyio.Path | None:
+async def _out_dir(args: argparse.Namespace) -> Path | None:
     if not args.out:
         return None
-    out = anyio.Path(args.out)
-    await out.mkdir(parents=True, exist_ok=True)
+    out = Path(args.out)
+    with writing(out):
+        await anyio.Path(out).mkdir(parents=True, exist_ok=True)
     return out
 
 
-async def _write_document(out_dir: anyio.Path | None, rollout_id: str, document: Any) -> None:
+async def _write_document(out_dir: Path | None, rollout_id: str, document: Any) -> None:
+    """The rollout's document as ``<id>.json``, whole or not at all (a full or read-only disk
+    is a ``WriteFailed`` naming the file)."""
     if out_dir is not None and document is not None:
         data = orjson.dumps(document.model_dump(mode="json"))
-        await (out_dir / f"{rollout_id}.json").write_bytes(data)
+        await anyio.to_thread.run_sync(write_atomic, out_dir / f"{rollout_id}.json", data)
 
 
 async def _certified_proxy(args: argparse.Namespace) -> tuple[CaptureProxy, Upstream] | None:
@@ -494,7 +498,11 @@ def _cmd_rollout(args: argparse.Namespace) -> int:
     if args.n < 1:
         _say(f"rollwire rollout: -n must be >= 1, got {args.n}")
         return 2
-    return anyio.run(_rollouts, args)
+    try:
+        return anyio.run(_rollouts, args)
+    except WriteFailed as exc:
+        _say(f"rollwire rollout: {exc}; the documents written before it are whole")
+        return 1
 
 
 def _cmd_tasks(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 
 from rollwire.server import options
+from rollwire.writes import WriteFailed
 
 
 def _say(message: str) -> None:
@@ -130,6 +131,9 @@ def _cmd_collect(args: argparse.Namespace) -> int:
     try:
         config = _config(args)
         result = anyio.run(functools.partial(_collect, args, config))
+    except WriteFailed as exc:  # a full or read-only disk: what was written is kept
+        _say(f"rollwire collect: {exc}")
+        return 1
     except (CollectInputError, CollectionError, ValueError) as exc:
         _say(f"rollwire collect: {exc}")
         return 2
@@ -190,6 +194,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
             parquet=args.format == "parquet",
             jsonl=args.format == "jsonl",
         )
+    except WriteFailed as exc:  # a full or read-only disk: an earlier export is as it was
+        _say(f"rollwire export: {exc}")
+        return 1
     except (ExportError, OSError, ValueError) as exc:
         _say(f"rollwire export: {exc}")
         return 2
@@ -210,6 +217,9 @@ def _export_sft(args: argparse.Namespace) -> int:
             eval_fraction=args.eval_fraction,
             messages_only=args.messages_only,
         )
+    except WriteFailed as exc:  # a full or read-only disk: an earlier export is as it was
+        _say(f"rollwire export: {exc}")
+        return 1
     except (ExportError, OSError, ValueError) as exc:
         _say(f"rollwire export: {exc}")
         return 2

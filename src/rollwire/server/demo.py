@@ -29,6 +29,7 @@ from rollwire.capture.export import RolloutDocument
 from rollwire.capture.parity import ParityReport, render_report, score_document
 from rollwire.capture.upstream import Upstream
 from rollwire.serving import bind, serving, url_of
+from rollwire.writes import WriteFailed, write_atomic
 
 DEMO_TASK = "reasoning_gym:chain_sum"
 
@@ -135,7 +136,13 @@ async def _drive(
     if rollout["has_document"]:
         read = await mcp.read_resource(f"rollout://{rollout['rollout_id']}/document")
         data = orjson.loads(read.contents[0].text)
-        await anyio.Path(out).write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
+        try:  # whole or not at all; a full or read-only disk is named, not a traceback
+            await anyio.to_thread.run_sync(
+                write_atomic, Path(out), orjson.dumps(data, option=orjson.OPT_INDENT_2)
+            )
+        except WriteFailed as exc:
+            _say(f"rollwire demo: {exc}")
+            return 1
         document = RolloutDocument.model_validate(data)
     counts = rollout["counts"]
     if rollout["reward"] is None and rollout["stop_reason"] == "no_tool_call":
