@@ -123,3 +123,30 @@ def write_atomic(path: Path, data: bytes) -> None:
                 os.unlink(tmp)
             raise
         fsync_dir(path.parent)
+
+
+def probe_writable(folder: Path, size: int = 64 * 1024) -> None:
+    """Raise :class:`WriteFailed` when ``folder`` cannot take a small write now (a full or
+    read-only disk): for a tool that failed and said why only in words of its own (debootstrap
+    says "Couldn't download" when its disk is full)."""
+    probe = folder / ".rollwire-write-probe"
+    with writing(folder):
+        try:
+            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.write(fd, bytes(size))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(probe)
+
+
+def free_mib(folder: Path) -> float | None:
+    """Free space under ``folder`` for this process, in MiB (None when unknown)."""
+    try:
+        sv = os.statvfs(folder)
+    except OSError:
+        return None
+    return sv.f_bavail * sv.f_frsize / 2**20

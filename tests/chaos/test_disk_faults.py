@@ -5,7 +5,8 @@ command finishes the job exactly.
 
 The disks are real file systems the tests mount: a size-limited tmpfs (a real ENOSPC) and the
 fault file system of ``tests/fakes/faultfs.py`` (FUSE), which can also turn read-only while files
-are open for writing, as a failing disk does and a tmpfs cannot.
+are open for writing, as a failing disk does and a tmpfs cannot. The image build runs the real
+debootstrap against the Debian mirror apt uses (CI's own base image is built the same way).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from rollwire.collect.collection import CollectConfig, collect, work_list
 from rollwire.datasets.export import export_collection, iter_episodes
 from rollwire.datasets.sft import export_sft
 from rollwire.datasets.store import read_manifest
+from rollwire.harnesses.harbor.images import ImageError, build_base
 from rollwire.server.mcp_app import ServerState, build_server
 from rollwire.tools.rollouts import Limits, LLMSpec
 from rollwire.writes import WriteFailed
@@ -247,3 +249,19 @@ def test_a_rollout_document_on_a_full_disk_is_named_and_never_half_written(engin
     assert again.returncode == 0, again.stderr
     [document] = docs.iterdir()
     assert json.loads(document.read_text())["turns"]  # whole
+
+
+@pytest.mark.parametrize("fault", ["fill", "read_only"])
+def test_an_image_build_whose_disk_fails_names_the_disk_and_imports_nothing(fault, disk):
+    getattr(disk, fault)(after_bytes=2_000_000)  # the Release files fit, the package lists not
+
+    with pytest.raises(ImageError) as failed:  # debootstrap itself says "Couldn't download"
+        build_base("debian:bookworm-slim", client=None, workdir=disk.path)
+
+    message = str(failed.value)
+    assert message.startswith(
+        f"cannot build debian:bookworm-slim: cannot write {disk.path}/rollwire-image-"
+    ), message
+    assert CAUSES[fault] in message and "nothing was imported" in message, message
+    if fault == "fill":
+        assert list(disk.path.iterdir()) == []  # its work folder is removed

@@ -104,7 +104,7 @@ def serve(backing: str, mountpoint: str, control: str) -> None:
         def getattr(self, path: str, fh: int | None = None) -> dict[str, Any]:
             st = os.lstat(real(path))
             keys = ("st_atime", "st_ctime", "st_gid", "st_mode", "st_mtime", "st_nlink")
-            return {k: getattr(st, k) for k in (*keys, "st_size", "st_uid")}
+            return {k: getattr(st, k) for k in (*keys, "st_rdev", "st_size", "st_uid")}
 
         def readdir(self, path: str, fh: int) -> list[str]:
             return [".", "..", *os.listdir(real(path))]
@@ -193,9 +193,26 @@ def serve(backing: str, mountpoint: str, control: str) -> None:
             guard()
             os.symlink(source, real(target))
 
+        def link(self, target: str, source: str) -> None:
+            guard()
+            os.link(real(source), real(target))
+
+        def mknod(self, path: str, mode: int, dev: int) -> None:
+            guard()
+            os.mknod(real(path), mode, dev)
+
     # hard_remove: a file unlinked while open goes at once, as on a disk (libfuse would keep
     # it as .fuse_hidden*, and the folder holding it could not be removed)
-    FUSE(Passthrough(), mountpoint, foreground=True, nothreads=False, hard_remove=True)
+    # dev, suid: device files and set-uid programs work, as on a disk (debootstrap needs both)
+    FUSE(
+        Passthrough(),
+        mountpoint,
+        foreground=True,
+        nothreads=False,
+        hard_remove=True,
+        dev=True,
+        suid=True,
+    )
 
 
 class FaultFS:

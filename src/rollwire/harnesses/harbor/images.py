@@ -13,6 +13,8 @@ with that advice.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
 import re
@@ -21,9 +23,11 @@ import subprocess
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from rollwire.writes import WriteFailed, free_mib, probe_writable, writing
 
 log = logging.getLogger("rollwire.images")
 
@@ -106,7 +110,14 @@ def build_base(
         raise ImageError(f"cannot build {ref}: {problem}")
     mirror = mirror or apt_mirror()
     repository, _, tag = ref.partition(":")
-    with tempfile.TemporaryDirectory(prefix="rollwire-image-", dir=workdir) as tmp:
+    # ignore_cleanup_errors: a read-only disk cannot have the folder removed, and that must not
+    # hide why the build stopped
+    with (
+        _disk_faults(ref, workdir or tempfile.gettempdir()),
+        tempfile.TemporaryDirectory(
+            prefix="rollwire-image-", dir=workdir, ignore_cleanup_errors=True
+        ) as tmp,
+    ):
         root = Path(tmp) / "root"
         say(f"debootstrap --variant={base.variant} {base.suite} from {mirror} (about 1-2 min)")
         start = time.monotonic()
@@ -117,14 +128,21 @@ def build_base(
             check=False,
         )
         if done.returncode != 0:
-            tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
+            output = (done.stderr or done.stdout).strip()
+            fault = _disk_fault_words(output)
+            if fault is not None:  # a tool's words for it, deep in debootstrap's log
+                raise WriteFailed(root, OSError(fault, os.strerror(fault)))
+            probe_writable(Path(tmp))  # or only "Couldn't download": is it the disk?
+            tail = output.splitlines()[-5:]
+            free = free_mib(Path(tmp))
             raise ImageError(
                 f"debootstrap {base.suite} from {mirror} failed (exit {done.returncode}): "
                 + " | ".join(tail)
+                + (f" ({free:.0f} MiB free in {tmp})" if free is not None else "")
             )
         _slim(root)
         archive = Path(tmp) / "root.tar"
-        with tarfile.open(archive, "w") as tar:
+        with writing(archive), tarfile.open(archive, "w") as tar:
             for entry in sorted(root.iterdir()):
                 tar.add(entry, arcname=entry.name)
         say(f"root file system ready in {time.monotonic() - start:.0f} s; importing as {ref}")
@@ -138,6 +156,24 @@ def build_base(
     image = client.images.get(ref)  # type: ignore[attr-defined]
     log.debug("import answered %s", answer)
     return str(image.id)
+
+
+@contextlib.contextmanager
+def _disk_faults(ref: str, workdir: str | Path) -> Iterator[None]:
+    """A full or read-only disk under ``workdir`` as an :class:`ImageError` naming the file."""
+    try:
+        yield
+    except WriteFailed as exc:
+        then = f"nothing was imported (the build works in {workdir}; TMPDIR moves it)"
+        raise ImageError(f"cannot build {ref}: {exc.with_then(then)}") from exc
+
+
+def _disk_fault_words(output: str) -> int | None:
+    """The errno of a full or read-only disk named in a tool's output, if any."""
+    for code in (errno.ENOSPC, errno.EROFS, errno.EDQUOT):
+        if os.strerror(code) in output:
+            return code
+    return None
 
 
 def _slim(root: Path) -> None:
