@@ -17,12 +17,12 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import httpx
 import pytest
 
+from tests.fakes.dialect_calls import DIALECTS, extend, headers, request, user
 from tests.fakes.serve import serve_in_thread
 from tests.fakes.vllm import FakeVLLM
 
@@ -35,7 +35,6 @@ MEASURED_CALLS = int(os.environ.get("ROLLWIRE_MEMORY_CALLS", "10000"))
 TURNS = 8  # model calls per episode
 WORKERS = 8  # trainer workers running episodes at once
 MAX_GROWTH_MIB = 20.0
-DIALECTS = ("chat", "responses", "anthropic", "google")
 
 
 def rss_mib(pid: int) -> float:
@@ -86,48 +85,6 @@ def proxy_process(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str
             log.close()
 
 
-# ---- one episode per dialect: a request, and the history a reply extends
-
-
-def _request(dialect: str, history: list[Any], stream: bool) -> tuple[str, dict[str, Any]]:
-    if dialect == "chat":
-        return "/v1/chat/completions", {"messages": history, "max_tokens": 8, "stream": stream}
-    if dialect == "responses":
-        return "/v1/responses", {"input": history, "max_output_tokens": 8, "stream": stream}
-    if dialect == "anthropic":
-        return "/v1/messages", {"messages": history, "max_tokens": 8, "stream": stream}
-    action = "streamGenerateContent" if stream else "generateContent"
-    body = {"contents": history, "generationConfig": {"maxOutputTokens": 8}}
-    return f"/v1beta/models/gemini-x:{action}", body
-
-
-def _headers(dialect: str, sid: str) -> dict[str, str]:
-    if dialect == "anthropic":
-        return {"x-api-key": sid, "anthropic-version": "2023-06-01"}
-    if dialect == "google":
-        return {"x-goog-api-key": sid}
-    return {"Authorization": f"Bearer {sid}"}
-
-
-def _user(dialect: str, text: str) -> dict[str, Any]:
-    if dialect == "google":
-        return {"role": "user", "parts": [{"text": text}]}
-    return {"role": "user", "content": text}
-
-
-def _extend(dialect: str, history: list[Any], reply: dict[str, Any], turn: int) -> None:
-    """Append the reply as the caller's SDK keeps it, then the next user message."""
-    if dialect == "chat":
-        history.append({"role": "assistant", "content": reply["choices"][0]["message"]["content"]})
-    elif dialect == "responses":
-        history.extend(reply["output"])
-    elif dialect == "anthropic":
-        history.append({"role": "assistant", "content": reply["content"]})
-    else:
-        history.append(reply["candidates"][0]["content"])
-    history.append(_user(dialect, f"and step {turn}?"))
-
-
 class Load:
     """Trainer workers sharing a budget of model calls."""
 
@@ -138,15 +95,15 @@ class Load:
 
     async def episode(self, dialect: str) -> None:
         sid = (await self.client.post("/sessions", headers=ADMIN)).json()["session_id"]
-        history = [_user(dialect, f"episode {self.episodes} in {dialect}: tell me a story")]
+        history = [user(dialect, f"episode {self.episodes} in {dialect}: tell me a story")]
         for turn in range(TURNS):
             stream = turn == TURNS - 1
-            path, body = _request(dialect, history, stream)
-            resp = await self.client.post(path, json=body, headers=_headers(dialect, sid))
+            path, body = request(dialect, history, stream)
+            resp = await self.client.post(path, json=body, headers=headers(dialect, sid))
             assert resp.status_code == 200, resp.text
             self.calls += 1
             if not stream:
-                _extend(dialect, history, resp.json(), turn)
+                extend(dialect, history, resp.json(), turn)
         rollout = await self.client.get(f"/sessions/{sid}/rollout", headers=ADMIN)
         assert rollout.status_code == 200 and len(rollout.json()["turns"]) == TURNS
         closed = await self.client.delete(f"/sessions/{sid}", headers=ADMIN)
