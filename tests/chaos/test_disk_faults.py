@@ -265,3 +265,22 @@ def test_an_image_build_whose_disk_fails_names_the_disk_and_imports_nothing(faul
     assert CAUSES[fault] in message and "nothing was imported" in message, message
     if fault == "fill":
         assert list(disk.path.iterdir()) == []  # its work folder is removed
+
+
+def test_a_store_that_could_not_undo_a_failed_write_still_releases_its_folder(engine, disk):
+    """Found by the chaos run: a read-only disk refuses the truncation of a failed line too; the
+    store then refuses further writes, but it must still let go of its folder (its lock), or
+    the same server's next call is refused until the server restarts."""
+    out = disk.path / "c"
+    cfg = CollectConfig(
+        tasks=TASKS, episodes=N, group_size=2, llm=LLMSpec(url=engine), limits=Limits(max_turns=2)
+    )
+    disk.read_only(after_bytes=30_000)
+    with pytest.raises(WriteFailed, match=r"\(EROFS\)"):  # its truncation refused as well
+        anyio.run(collect, cfg, out)
+
+    disk.heal()
+    result = anyio.run(collect, cfg, out)  # the same process opens the folder again
+
+    assert result.skipped_done + result.collected == N
+    assert set(committed_ids(out)) == planned_ids()

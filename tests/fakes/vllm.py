@@ -36,6 +36,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import random
 import re
 import threading
@@ -750,9 +751,16 @@ class FakeVLLM:
         root: str = DEFAULT_ROOT,
         tokenizer: ToyTokenizer | None = None,
         policy: Callable[[dict[str, Any]], str | None] | None = None,
+        ledger: str | None = None,
         **behavior_fields: Any,
     ) -> None:
         self.behavior = behavior if behavior is not None else Behavior()
+        # The engine's own record of what it sampled: one JSON line per chat reply (prompt ids,
+        # each choice's ids and logprobs), written before the reply is sent, so every number a
+        # client received can be traced back to it (the chaos run's token check).
+        self._ledger = (
+            os.open(ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644) if ledger else None
+        )
         self.policy = policy
         """A scripted model: called with each chat request's body when no scripted reply is
         left; the text it returns is the reply, as a scripted one is (None: the usual reply)."""
@@ -1323,6 +1331,14 @@ class FakeVLLM:
             for c in choices
         ]
         completion_tokens = sum(len(c.ids) for c in choices)
+        if self._ledger is not None:
+            entry = {
+                "prompt": prompt_ids,
+                "choices": [
+                    {"ids": c.ids, "logprobs": [lp for lp, _ in c.scores]} for c in choices
+                ],
+            }
+            os.write(self._ledger, json.dumps(entry, separators=(",", ":")).encode() + b"\n")
         self.stats["ok"] += 1
         self.stats["prompt_tokens"] += len(prompt_ids)
         self.stats["completion_tokens"] += completion_tokens
@@ -1660,6 +1676,14 @@ class FakeVLLM:
         if sglang:  # SGLang 0.5.23 accepts the field and names tokens by text anyway (05b)
             as_ids = False
         completion_tokens = sum(len(c.ids) for c in choices)
+        if self._ledger is not None:
+            entry = {
+                "prompt": prompt_ids,
+                "choices": [
+                    {"ids": c.ids, "logprobs": [lp for lp, _ in c.scores]} for c in choices
+                ],
+            }
+            os.write(self._ledger, json.dumps(entry, separators=(",", ":")).encode() + b"\n")
         self.stats["ok"] += 1
         self.stats["prompt_tokens"] += len(prompt_ids)
         self.stats["completion_tokens"] += completion_tokens
@@ -1905,6 +1929,7 @@ def create_fake_vllm(
     default_reply_tokens: int = DEFAULT_REPLY_TOKENS,
     root: str = DEFAULT_ROOT,
     tokenizer: ToyTokenizer | None = None,
+    ledger: str | None = None,
     **behavior_fields: Any,
 ) -> Starlette:
     """Build the fake's ASGI app. ``behavior_fields`` set :class:`Behavior` fields, and those
@@ -1915,6 +1940,7 @@ def create_fake_vllm(
         default_reply_tokens=default_reply_tokens,
         root=root,
         tokenizer=tokenizer,
+        ledger=ledger,
         **behavior_fields,
     ).app
 
@@ -1932,6 +1958,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--no-weight-info", action="store_true", help="GET /weight_info answers 404"
     )
+    parser.add_argument("--ledger", help="append each chat reply's ids and logprobs here")
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
     app = create_fake_vllm(
@@ -1940,6 +1967,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         served_models=list(args.served_model_name),
         raw_logprobs=args.raw_logprobs,
         weight_version=None if args.no_weight_info else "default",
+        ledger=args.ledger,
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
 

@@ -605,8 +605,7 @@ class EpisodeStore:
                     os.fsync(fd)
                 except OSError as undo:
                     # The file's tail is unknown: refuse further writes, each with this cause
-                    # (a resume's scan repairs the tail).
-                    self._closed = True
+                    # (a resume's scan repairs the tail). Not closed: close still releases.
                     cause = exc if isinstance(exc, OSError) else undo
                     self._fault = WriteFailed(path, cause, "the store refuses further writes")
                 raise
