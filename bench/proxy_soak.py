@@ -169,22 +169,21 @@ async def soak(args: argparse.Namespace, proxy: str, engine: str, pid: int) -> d
                 )
 
         async def probe() -> None:
+            # A session of its own per probe (opened and closed untimed), as a trainer's
+            # episode has: one session kept for the whole run would grow by a turn a second.
             body = {"model": "smol", "messages": [user("chat", "probe")], "max_tokens": 8}
-            sid = (await client.post("/sessions", headers=ADMIN)).json()["session_id"]
-            try:
-                await probe_loop(body, sid)
-            finally:
-                await client.delete(f"/sessions/{sid}", headers=ADMIN)
-
-        async def probe_loop(body: dict[str, Any], sid: str) -> None:
             while time.monotonic() < end:
-                t0 = time.perf_counter()
-                d = await probe_client.post(f"{engine}/v1/chat/completions", json=body)
-                t1 = time.perf_counter()
-                p = await client.post(
-                    "/v1/chat/completions", json=body, headers=headers("chat", sid)
-                )
-                t2 = time.perf_counter()
+                sid = (await client.post("/sessions", headers=ADMIN)).json()["session_id"]
+                try:
+                    t0 = time.perf_counter()
+                    d = await probe_client.post(f"{engine}/v1/chat/completions", json=body)
+                    t1 = time.perf_counter()
+                    p = await client.post(
+                        "/v1/chat/completions", json=body, headers=headers("chat", sid)
+                    )
+                    t2 = time.perf_counter()
+                finally:
+                    await client.delete(f"/sessions/{sid}", headers=ADMIN)
                 if d.status_code != 200:
                     tally.direct_faults += 1  # an injected fault, served to the probe directly
                 elif p.status_code != 200:

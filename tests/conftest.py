@@ -98,6 +98,7 @@ SHARED_RESOURCES = {
     ),
     "ray": (
         "tests/scale/",
+        "tests/chaos/test_chaos.py",  # its own loopback cluster: never beside another
         "tests/packaging/test_extras.py::test_extra_installs_alone_and_works_alone[ray]",
     ),
 }

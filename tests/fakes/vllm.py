@@ -886,6 +886,16 @@ class FakeVLLM:
                     scores.append(_scores(tid, srng, p.temperature, b.raw_logprobs))
         return _Choice(ids, finish, content, tool_call, scores)
 
+    def _record(self, prompt_ids: list[int], choices: list[_Choice]) -> None:
+        """One ledger line (when there is a ledger): what was sampled for this prompt."""
+        if self._ledger is None:
+            return
+        entry = {
+            "prompt": prompt_ids,
+            "choices": [{"ids": c.ids, "logprobs": [lp for lp, _ in c.scores]} for c in choices],
+        }
+        os.write(self._ledger, json.dumps(entry, separators=(",", ":")).encode() + b"\n")
+
     def _logprob_content(self, choice: _Choice, top: int) -> list[dict[str, Any] | None]:
         tok = self.tokenizer
         out: list[dict[str, Any] | None] = []
@@ -1331,14 +1341,7 @@ class FakeVLLM:
             for c in choices
         ]
         completion_tokens = sum(len(c.ids) for c in choices)
-        if self._ledger is not None:
-            entry = {
-                "prompt": prompt_ids,
-                "choices": [
-                    {"ids": c.ids, "logprobs": [lp for lp, _ in c.scores]} for c in choices
-                ],
-            }
-            os.write(self._ledger, json.dumps(entry, separators=(",", ":")).encode() + b"\n")
+        self._record(prompt_ids, choices)
         self.stats["ok"] += 1
         self.stats["prompt_tokens"] += len(prompt_ids)
         self.stats["completion_tokens"] += completion_tokens
@@ -1676,14 +1679,7 @@ class FakeVLLM:
         if sglang:  # SGLang 0.5.23 accepts the field and names tokens by text anyway (05b)
             as_ids = False
         completion_tokens = sum(len(c.ids) for c in choices)
-        if self._ledger is not None:
-            entry = {
-                "prompt": prompt_ids,
-                "choices": [
-                    {"ids": c.ids, "logprobs": [lp for lp, _ in c.scores]} for c in choices
-                ],
-            }
-            os.write(self._ledger, json.dumps(entry, separators=(",", ":")).encode() + b"\n")
+        self._record(prompt_ids, choices)
         self.stats["ok"] += 1
         self.stats["prompt_tokens"] += len(prompt_ids)
         self.stats["completion_tokens"] += completion_tokens
