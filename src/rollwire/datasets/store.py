@@ -570,7 +570,8 @@ class EpisodeStore:
             self.close()
         except OSError as close_exc:
             self.manifest_error = close_exc
-            logger.warning("closing %s after %s: %s", self.out_dir, exc, close_exc)
+            # debug: the error in flight is the one line the user needs; this is its echo
+            logger.debug("%s (derived data: a resume recomputes it)", close_exc)
 
     # -- internals (called with the lock held) -------------------------------------------------
 
