@@ -25,7 +25,6 @@ import argparse
 import datetime as dt
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,6 +40,7 @@ from measure import free_port, git_state, machine, percentile, start_fake, write
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.fakes lives in the repository, not in the package
 from tests.fakes.dialect_calls import DIALECTS, extend, headers, request, user  # noqa: E402
+from tests.fakes.spawn import proxy_process  # noqa: E402
 
 ADMIN_KEY = "soak-admin-key"
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
@@ -239,42 +239,18 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "proxy_soak.json"))
     args = parser.parse_args()
 
-    engine_port, proxy_port = free_port(), free_port()
+    engine_port = free_port()
     engine = f"http://127.0.0.1:{engine_port}"
     fake = start_fake(engine_port, {}, reply_tokens=6)
     log_path = Path(tempfile.mkdtemp(prefix="rollwire-soak-")) / "proxy.log"
-    log = log_path.open("wb")
-    proc = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "rollwire", "proxy", "--llm-url", engine + "/v1"),
-            *("--port", str(proxy_port), "--admin-key", ADMIN_KEY),
-        ],
-        cwd=ROOT,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    proxy = f"http://127.0.0.1:{proxy_port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{proxy}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the proxy did not start: {log_path.read_text()[-2000:]}")
-            time.sleep(0.1)
-        print(f"soak: {args.minutes:g} min, {args.workers} workers, proxy pid {proc.pid}")
-        out = anyio.run(soak, args, proxy, engine, proc.pid)
-        sessions_left = httpx.get(f"{proxy}/health").json()["sessions"]
+        with proxy_process(engine + "/v1", ADMIN_KEY, log_path) as (proc, proxy):
+            print(f"soak: {args.minutes:g} min, {args.workers} workers, proxy pid {proc.pid}")
+            out = anyio.run(soak, args, proxy, engine, proc.pid)
+            sessions_left = httpx.get(f"{proxy}/health").json()["sessions"]
     finally:
-        proc.terminate()
-        proc.wait(15)
         fake.terminate()
         fake.wait(15)
-        log.close()
     tally: Tally = out["tally"]
     windows: list[Window] = out["windows"]
     proxy_log = log_path.read_text(errors="replace")

@@ -11,9 +11,7 @@ must not grow the proxy's RSS by more than 20 MiB. The numbers are printed (``-s
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +20,7 @@ import anyio
 import httpx
 import pytest
 
+from tests.fakes import spawn
 from tests.fakes.dialect_calls import DIALECTS, extend, headers, request, user
 from tests.fakes.serve import serve_in_thread
 from tests.fakes.vllm import FakeVLLM
@@ -45,44 +44,14 @@ def rss_mib(pid: int) -> float:
     raise AssertionError(f"no VmRSS for pid {pid}")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def proxy_process(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     """``rollwire proxy`` in front of a fake vLLM served in this process."""
-    with serve_in_thread(FakeVLLM(default_reply_tokens=6).app) as upstream:
-        port = _free_port()
-        log = (tmp_path / "proxy.log").open("wb")
-        proc = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "rollwire", "proxy", "--llm-url", upstream),
-                *("--port", str(port), "--admin-key", ADMIN_KEY),
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                assert proc.poll() is None, (tmp_path / "proxy.log").read_text()
-                try:
-                    if httpx.get(f"{url}/health", timeout=1.0).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, "the proxy did not become healthy"
-                time.sleep(0.1)
-            yield proc, url
-        finally:
-            proc.terminate()
-            proc.wait(15)
-            log.close()
+    with (
+        serve_in_thread(FakeVLLM(default_reply_tokens=6).app) as upstream,
+        spawn.proxy_process(upstream, ADMIN_KEY, tmp_path / "proxy.log") as running,
+    ):
+        yield running
 
 
 class Load:

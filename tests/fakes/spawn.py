@@ -1,4 +1,5 @@
-"""The vLLM-shaped fake as its own process (so a test can kill it like a crashed engine)."""
+"""The vLLM-shaped fake as its own process (so a test can kill it like a crashed engine), and
+``rollwire proxy`` as its own process (so its RSS and file descriptors are its own)."""
 
 from __future__ import annotations
 
@@ -97,3 +98,40 @@ def sigkill_once_written(proc: subprocess.Popen, path: Path, lines: int, timeout
     finally:
         proc.wait(timeout=30)
     return path.read_bytes().count(b"\n")
+
+
+@contextlib.contextmanager
+def proxy_process(
+    llm_url: str, admin_key: str, log_path: Path, timeout_s: float = 60.0
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """``rollwire proxy`` in front of ``llm_url`` on a free loopback port, its output in
+    ``log_path``; yields the process and its URL once ``/health`` answers, terminates it on
+    exit."""
+    port = free_port()
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "rollwire", "proxy", "--llm-url", llm_url),
+                *("--port", str(port), "--admin-key", admin_key),
+            ],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the proxy did not start: {log_path.read_text()[-2000:]}")
+                try:
+                    if httpx.get(f"{url}/health", timeout=1.0).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.1)
+            yield proc, url
+        finally:
+            proc.terminate()
+            proc.wait(15)
