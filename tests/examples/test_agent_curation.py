@@ -9,7 +9,6 @@ extends it. The artefacts are checked as a user would read them.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -28,7 +27,8 @@ from rollwire.capture.rollout import CaptureLevel
 from rollwire.harnesses.harbor.installs import ensure_installed
 from tests.clients.policy import WAIT_TOOLS, ScriptedPolicy, Step, last_result
 from tests.fakes.serve import serve_in_thread
-from tests.fakes.vllm import FakeVLLM, tool_call_text
+from tests.fakes.solver import chain_sum_solver
+from tests.fakes.vllm import FakeVLLM
 
 pytestmark = pytest.mark.slow
 
@@ -37,26 +37,7 @@ RUN = ROOT / "examples" / "agent_curation" / "run.py"
 ADMIN = "curation-admin"
 
 
-def _teacher() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "chain_sum_teacher", ROOT / "examples" / "chain_sum_teacher.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def solver(body: dict[str, Any]) -> str | None:
-    """Answer chain_sum through the ``answer`` tool: right, unless the sum is a multiple of 3."""
-    message = _teacher().reply(body)
-    calls = message.get("tool_calls")
-    if not calls:
-        return None
-    answer = int(json.loads(calls[0]["function"]["arguments"])["answer"])
-    if answer % 3 == 0:
-        answer += 1
-    return tool_call_text("answer", {"answer": str(answer)})
+solver = chain_sum_solver()  # right, unless the sum is a multiple of 3
 
 
 def _done(text: str) -> bool:

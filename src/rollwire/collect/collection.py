@@ -105,12 +105,17 @@ class CollectConfig(BaseModel):
         default=True, description="record failed rollouts in failures.jsonl (always counted)"
     )
     resume: bool = True
+    purpose: Literal["train", "eval"] = Field(
+        default="train", description="eval: every episode is marked eval (rollwire eval)"
+    )
 
     def identity(self) -> dict[str, Any]:
         """The part that names the collection (no secrets, no run settings)."""
         data = self.model_dump(
             mode="json", exclude={"episodes", "concurrency", "resume", "keep_failures"}
         )
+        if data.get("purpose") == "train":
+            del data["purpose"]  # collections made before evals keep their identity
         if data.get("answer_mode") is None:
             del data["answer_mode"]  # collections made before answer modes keep their identity
         if data["sampling"].get("top_logprobs") is None:
@@ -536,6 +541,8 @@ async def _run(
                 engine=out.engine,
                 node=out.node,
             )
+            if config.purpose == "eval":  # held out: never training data, whatever its tier
+                record.rollout_type = RolloutType.EVAL
             why_not = _keep(config, result)
             if why_not is None:
                 await store.append_episode(record)

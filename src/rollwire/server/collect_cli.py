@@ -1,4 +1,5 @@
-"""``rollwire collect``, ``rollwire export`` and ``rollwire push``: collections on the command line.
+"""``rollwire collect``, ``rollwire eval``, ``rollwire export`` and ``rollwire push``: collections
+on the command line.
 
 ``collect`` shows a rich progress bar on stderr (collected, failed, mean reward, episodes/s,
 ETA); Ctrl-C stops it with every written episode intact, and running the same command again
@@ -25,9 +26,25 @@ def _say(message: str) -> None:
 
 def _config(args: argparse.Namespace) -> Any:
     from rollwire.collect.collection import CollectConfig, resolve_tasks
-    from rollwire.tools.rollouts import Limits, Sampling
 
     tasks = resolve_tasks(args.task, dataset=args.dataset, task_glob=args.tasks)
+    return CollectConfig(
+        tasks=tasks,
+        episodes=args.n,
+        group_size=args.group_size,
+        min_reward=args.min_reward,
+        trainable_only=args.trainable_only,
+        keep_failures=not args.drop_failures,
+        resume=not args.no_resume,
+        **_run_settings(args),
+    )
+
+
+def _run_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """What ``collect`` and ``eval`` take alike: harness, sandbox, engines, sampling, limits,
+    reward key, task config, answer mode, first seed, concurrency."""
+    from rollwire.tools.rollouts import Limits, Sampling
+
     task_config = None
     if args.task_config:
         try:
@@ -38,25 +55,18 @@ def _config(args: argparse.Namespace) -> Any:
             ) from None
         if not isinstance(task_config, dict):
             raise ValueError(f"--task-config must be a JSON object, got {args.task_config!r}")
-    return CollectConfig(
-        tasks=tasks,
-        episodes=args.n,
-        group_size=args.group_size,
-        harness=args.harness,
-        sandbox=args.sandbox,
-        llm=_llm(args),
-        sampling=Sampling(temperature=args.temperature, max_tokens=args.max_tokens),
-        limits=Limits(max_turns=args.max_turns, timeout_s=args.timeout_s),
-        reward_key=args.reward_key,
-        task_config=task_config,
-        answer_mode=args.answer_mode,
-        seed=args.seed,
-        concurrency=args.concurrency,
-        min_reward=args.min_reward,
-        trainable_only=args.trainable_only,
-        keep_failures=not args.drop_failures,
-        resume=not args.no_resume,
-    )
+    return {
+        "harness": args.harness,
+        "sandbox": args.sandbox,
+        "llm": _llm(args),
+        "sampling": Sampling(temperature=args.temperature, max_tokens=args.max_tokens),
+        "limits": Limits(max_turns=args.max_turns, timeout_s=args.timeout_s),
+        "reward_key": args.reward_key,
+        "task_config": task_config,
+        "answer_mode": args.answer_mode,
+        "seed": args.seed,
+        "concurrency": args.concurrency,
+    }
 
 
 def _llm(args: argparse.Namespace) -> Any:
@@ -69,7 +79,9 @@ def _llm(args: argparse.Namespace) -> Any:
     return specs[0] if specs else None
 
 
-async def _collect(args: argparse.Namespace, config: Any) -> Any:
+async def _collect(args: argparse.Namespace, config: Any, run: Any = None) -> Any:
+    """``config``'s collection with a progress bar; ``run(config, out, **kw)`` instead of
+    ``collect`` when given (an eval)."""
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -84,7 +96,7 @@ async def _collect(args: argparse.Namespace, config: Any) -> Any:
 
     console = Console(stderr=True)
     bar = Progress(
-        TextColumn("[bold]collect"),
+        TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("{task.fields[stats]}"),
@@ -95,7 +107,7 @@ async def _collect(args: argparse.Namespace, config: Any) -> Any:
         disable=args.no_progress,
     )
     with bar:
-        task_id = bar.add_task("collect", total=config.episodes, stats="")
+        task_id = bar.add_task(args.command, total=config.episodes, stats="")
 
         def on_progress(p: CollectProgress) -> None:
             mean = "-" if p.reward_mean is None else f"{p.reward_mean:.3f}"
@@ -110,7 +122,7 @@ async def _collect(args: argparse.Namespace, config: Any) -> Any:
 
         pool = EndpointPool(**options.token_in_settings(args))
         try:
-            return await collect(
+            return await (run or collect)(
                 config, args.out, pool=pool, on_progress=on_progress, ray_address=args.ray
             )
         finally:
@@ -169,6 +181,188 @@ def _cmd_collect(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    """evaluate a model: problems x samples, mean reward and pass@k with standard errors
+
+    Runs a collection of --problems task instances per task (seeds --seed onward: the same
+    command sees the same problems) x --samples samples each, every rollout marked eval, into
+    --out (resumable like collect: run the same command again). Prints per task family and
+    overall: problems, samples, failed attempts, mean reward +- standard error and the unbiased
+    pass@k +- standard error over problems; a failed or never-scored rollout is a failed
+    attempt, counted and grouped by cause. --out/eval.json keeps the numbers with the command,
+    model, engine and rollwire version. --compare A B pairs two eval folders by problem: B minus
+    A with a 95% paired-bootstrap interval (10,000 resamples, fixed seed) and a permutation
+    p-value; evals that do not pair are refused with what differs.
+    """
+    from rollwire.collect.collection import CollectInputError, resolve_tasks
+    from rollwire.collect.evaluation import eval_config, run_eval
+    from rollwire.datasets.evals import EvalMismatch, parse_ks
+    from rollwire.datasets.store import CollectionError
+
+    if args.compare:
+        return _compare(args)
+    try:
+        if args.out is None:
+            raise CollectInputError("out: give --out DIR (the eval folder), or --compare A B")
+        if not args.task and not args.dataset:
+            raise CollectInputError("task: give --task REF (repeatable) or --dataset PATH")
+        ks = parse_ks(args.k)
+        tasks = resolve_tasks(args.task, dataset=args.dataset, task_glob=args.tasks)
+        config = eval_config(
+            tasks=tasks, problems=args.problems, samples=args.samples, ks=ks, **_run_settings(args)
+        )
+
+        async def run(config: Any, out: Any, **kw: Any) -> Any:
+            return await run_eval(
+                config,
+                out,
+                ks=ks,
+                pass_threshold=args.pass_threshold,
+                failed_reward=args.failed_reward,
+                command=["rollwire", *sys.argv[1:]],
+                **kw,
+            )
+
+        report, result = anyio.run(functools.partial(_collect, args, config, run))
+    except WriteFailed as exc:
+        _say(f"rollwire eval: {exc}")
+        return 1
+    except (CollectInputError, CollectionError, EvalMismatch, ValueError) as exc:
+        _say(f"rollwire eval: {exc}")
+        return 2
+    except KeyboardInterrupt:
+        _say(
+            f"rollwire eval: interrupted; every written episode is in {args.out} "
+            "(run the same command again to resume)"
+        )
+        return 130
+    for line in result.recovery:
+        _say(f"rollwire eval: resumed: {line}")
+    if args.json:
+        print(report.model_dump_json(indent=2, by_alias=True))
+    else:
+        print(format_report(report))
+        print(f"-> {args.out}/eval.json")
+    if not report.complete:
+        _say(
+            f"rollwire eval: incomplete: {report.missing} of {report.planned} planned episodes "
+            f"have no outcome{f' (halted: {report.halted})' if report.halted else ''}; run the "
+            "same command again to finish"
+        )
+        return 1
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from rollwire.collect.evaluation import load_report
+    from rollwire.datasets.evals import EvalMismatch, compare
+
+    a_dir, b_dir = args.compare
+    try:
+        a, b = load_report(a_dir), load_report(b_dir)
+        if a.metrics.pass_threshold != b.metrics.pass_threshold:
+            raise EvalMismatch(
+                f"the evals pass at different thresholds: {a.metrics.pass_threshold} in A, "
+                f"{b.metrics.pass_threshold} in B"
+            )
+        ks = sorted(set(a.metrics.ks) & set(b.metrics.ks)) or [1]
+        result = compare(a.problems, b.problems, ks=ks, names=(a_dir, b_dir))
+    except (EvalMismatch, ValueError) as exc:
+        _say(f"rollwire eval --compare: {exc}")
+        return 2
+    if args.json:
+        print(result.model_dump_json(indent=2))
+    else:
+        print(format_comparison(result))
+    return 0
+
+
+def _pm(value: float | None, se: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3f}" + ("" if se is None else f" ± {se:.3f}")
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    )
+
+
+def format_report(report: Any) -> str:
+    """An eval's table: per task family and overall, then the failed attempts by cause."""
+    m = report.metrics
+    header = [
+        "family",
+        "problems",
+        "samples",
+        "failed",
+        "mean reward",
+        *(f"pass@{k}" for k in m.ks),
+    ]
+    rows = [
+        [
+            f.family,
+            str(f.problems),
+            str(f.samples),
+            str(f.failed),
+            _pm(f.reward_mean, f.reward_se),
+            *(_pm(p.estimate, p.se) for p in f.pass_at),
+        ]
+        for f in [*m.families, m.overall]
+    ]
+    model = f"model {report.model} (tier {report.engine_tier})" if report.model else "no model"
+    lines = [
+        f"eval: {report.metrics.overall.problems} problems, {report.metrics.overall.samples} "
+        f"samples; {model}; a sample passes at reward >= {m.pass_threshold:g}; ± is the "
+        "standard error over problems",
+        _table(header, rows),
+    ]
+    if m.causes:
+        lines.append(f"failed attempts ({m.overall.failed}), by cause:")
+        lines += [f"  {n:>5}  {cause}" for cause, n in m.causes.items()]
+    return "\n".join(lines)
+
+
+def format_comparison(c: Any) -> str:
+    """A comparison's table: B minus A per family and metric, interval, p-value; then
+    wins/losses/ties per family."""
+
+    def signed(x: float) -> str:
+        return f"{x:+.3f}"
+
+    rows = [
+        [
+            f.family,
+            d.metric,
+            f"{d.a:.3f}",
+            f"{d.b:.3f}",
+            signed(d.diff),
+            f"[{signed(d.ci_low)}, {signed(d.ci_high)}]",
+            f"{d.p_value:.4f}",
+        ]
+        for f in [*c.families, c.overall]
+        for d in f.differences
+    ]
+    header = ["family", "metric", "A", "B", "B - A", f"{c.confidence:.0%} CI", "p"]
+    lines = [
+        f"A: {c.a}",
+        f"B: {c.b}",
+        f"paired by problem: {c.overall.problems} problems; {c.confidence:.0%} interval from "
+        f"a paired bootstrap over problems ({c.resamples:,} resamples, seed {c.seed}); p from "
+        f"a paired permutation test ({c.overall.permutation})",
+        _table(header, rows),
+        "per family, mean reward per problem, B against A:",
+        _table(
+            ["family", "wins", "losses", "ties"],
+            [[f.family, str(f.wins), str(f.losses), str(f.ties)] for f in [*c.families, c.overall]],
+        ),
+    ]
+    return "\n".join(lines)
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -260,7 +454,7 @@ def _cmd_push(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: Any) -> None:
-    """Register collect, export and push on the ``rollwire`` parser."""
+    """Register collect, eval, export and push on the ``rollwire`` parser."""
     o = options
     o.command(
         sub,
@@ -288,6 +482,35 @@ def add_commands(sub: Any) -> None:
         o.REWARD_KEY,
         o.TASK_CONFIG,
         o.ANSWER_MODE,
+        o.JSON,
+        o.NO_PROGRESS,
+    )
+    o.command(
+        sub,
+        "eval",
+        _cmd_eval,
+        o.endpoint(o.LLM_URLS),
+        o.COLLECT_RAY,
+        o.EVAL_SOURCE,
+        o.TASK_GLOB,
+        o.PROBLEMS,
+        o.SAMPLES,
+        o.KS,
+        o.PASS_THRESHOLD,
+        o.FAILED_REWARD,
+        o.COLLECT_HARNESS,
+        o.COLLECT_SANDBOX,
+        o.CONCURRENCY,
+        o.EVAL_OUT,
+        o.TASK_SEED,
+        o.COLLECT_MAX_TURNS,
+        o.COLLECT_MAX_TOKENS,
+        o.COLLECT_TEMPERATURE,
+        o.TIMEOUT_S,
+        o.REWARD_KEY,
+        o.TASK_CONFIG,
+        o.ANSWER_MODE,
+        o.COMPARE,
         o.JSON,
         o.NO_PROGRESS,
     )

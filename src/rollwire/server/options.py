@@ -481,6 +481,38 @@ COLLECT_TEMPERATURE = option("--temperature", type=float, help="sampling tempera
 TIMEOUT_S = option("--timeout-s", type=float, help="wall clock per episode")
 NO_PROGRESS = option("--no-progress", action="store_true", help="no progress bar")
 
+# --- eval -----------------------------------------------------------------------------------------
+
+EVAL_SOURCE = OneOf(COLLECT_SOURCE.options)  # not required: --compare takes none
+PROBLEMS = option(
+    "--problems",
+    type=int,
+    help="task instances per env task (seeds --seed onward; default 10); a Harbor task is one",
+)
+SAMPLES = option("--samples", type=int, default=1, help="samples per problem (default 1)")
+KS = option(
+    "--k", default="1", help="pass@k for these k, each <= --samples (default 1), e.g. 1,4,8"
+)
+PASS_THRESHOLD = option(
+    "--pass-threshold",
+    type=float,
+    default=1.0,
+    help="a sample passes when its reward is at least this (default 1.0)",
+)
+FAILED_REWARD = option(
+    "--failed-reward",
+    type=float,
+    default=0.0,
+    help="what a failed or never-scored sample scores in the mean reward (default 0.0)",
+)
+EVAL_OUT = option("--out", help="the eval folder (a collection plus eval.json)")
+COMPARE = option(
+    "--compare",
+    nargs=2,
+    metavar=("A", "B"),
+    help="compare two eval folders, paired by problem (B minus A); runs nothing",
+)
+
 # --- export, push -------------------------------------------------------------------------------
 
 COLLECTION_DIR = option("dir", help="the collection directory")
