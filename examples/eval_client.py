@@ -1,18 +1,24 @@
-"""A small eval over the rollwire MCP server: K rollouts of each of N tasks, a table of results.
+"""An eval over the rollwire MCP server: problems x samples, mean reward and pass@k with errors.
 
 Start a server (``rollwire serve --http --llm-url http://127.0.0.1:8000/v1``), then:
 
-    python examples/eval_client.py --tasks reasoning_gym --query chain_sum --limit 2 --samples 4
-    python examples/eval_client.py --tasks examples/tasks --harness oracle
+    python examples/eval_client.py --tasks reasoning_gym --query chain_sum --limit 1 \
+        --problems 20 --samples 4 --k 1,4
+    python examples/eval_client.py --tasks examples/tasks --query count --harness oracle
 
-Every rollout is one ``run_rollout`` call over one MCP session (streamable HTTP), at most
-``--concurrency`` at a time. Progress goes to stderr, the table (or ``--json`` rows) to stdout.
-Exit code 0 when every rollout ran (whatever its reward), 1 when any failed.
+A thin client: it lists the tasks (``list_tasks``), certifies ``--llm-url`` when given
+(``validate_llm``) and makes one ``collect_episodes`` call with ``eval: true`` into ``--out``
+(under the server's data directory; the same command again resumes). It prints the metrics
+block of that call's result: per task family and overall, problems, samples, failed attempts,
+mean reward ± standard error and pass@k ± standard error over problems, then the failed
+attempts by cause (``--json``: the block as JSON). Progress goes to stderr. Exit code 0 when
+every rollout ran (whatever its reward), 1 when any failed or the call was refused.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -23,25 +29,30 @@ import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-COLUMNS = ("task", "sample", "reward", "ok", "tier", "turns", "trainable", "error")
-CALL_TIMEOUT_S = 3600.0  # run_rollout holds the call open until the rollout ends
+CALL_TIMEOUT_S = 3600.0  # collect_episodes holds the call open until the eval ends
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description="A small eval over the rollwire MCP server.")
+    p = argparse.ArgumentParser(description="An eval over the rollwire MCP server.")
     p.add_argument("--server", default="http://127.0.0.1:8400/mcp", help="the server's /mcp URL")
     p.add_argument("--token", default=os.environ.get("ROLLWIRE_TOKEN"), help="bearer token")
     p.add_argument("--llm-url", help="the engine (default: the server's --llm-url)")
     p.add_argument("--tasks", help="list_tasks source: an env family or a Harbor dataset path")
     p.add_argument("--query", help="keep tasks whose reference or description contains it")
     p.add_argument("--limit", type=int, default=5, help="number of tasks (default 5)")
-    p.add_argument("--samples", type=int, default=1, help="rollouts per task (default 1)")
+    p.add_argument("--problems", type=int, default=1, help="instances per env task (default 1)")
+    p.add_argument("--samples", type=int, default=1, help="samples per problem (default 1)")
+    p.add_argument("--k", default="1", help="pass@k for these k, each <= --samples (default 1)")
+    p.add_argument("--pass-threshold", type=float, default=1.0, help="reward that passes")
     p.add_argument("--concurrency", type=int, default=4, help="rollouts at once (default 4)")
     p.add_argument("--harness", help="Harbor tasks: terminus-2 (default), oracle, nop, ...")
     p.add_argument("--max-turns", type=int, help="agent turns per rollout")
-    p.add_argument("--reward-key", help="which reward of a multi-reward verifier to report")
-    p.add_argument("--seed", type=int, help="seed of sample 0; sample k uses seed+k")
-    p.add_argument("--json", action="store_true", help="one JSON row per rollout on stdout")
+    p.add_argument("--reward-key", help="which reward of a multi-reward verifier to score")
+    p.add_argument("--seed", type=int, default=0, help="first task seed (default 0)")
+    p.add_argument(
+        "--out", help="eval folder on the server (default: evals/<a hash of what is evaluated>)"
+    )
+    p.add_argument("--json", action="store_true", help="print the metrics block as JSON")
     return p.parse_args(argv)
 
 
@@ -68,37 +79,8 @@ async def validate(client: Client, llm_url: str) -> bool:
     return cert["verdict"] != "NOT USABLE"
 
 
-async def rollout(client: Client, args: argparse.Namespace, task: str, k: int) -> dict[str, Any]:
-    """One run_rollout call, as a table row (a tool error is a failed row)."""
-    call: dict[str, Any] = {"task": task}
-    if args.llm_url:
-        call["llm_url"] = args.llm_url
-    if args.harness:
-        call["harness"] = args.harness
-    if args.max_turns:
-        call["limits"] = {"max_turns": args.max_turns}
-    if args.reward_key:
-        call["reward_key"] = args.reward_key
-    if args.seed is not None:
-        call["seed"] = args.seed + k
-    row: dict[str, Any] = {**dict.fromkeys(COLUMNS), "task": task, "sample": k}
-    result = await client.call_tool("run_rollout", call, read_timeout_seconds=CALL_TIMEOUT_S)
-    if result.is_error:
-        return {**row, "ok": False, "reward": None, "error": error_text(result)}
-    out = result.structured_content
-    return {
-        **row,
-        "ok": out["ok"],
-        "reward": out["reward"],
-        "tier": out["tier"],
-        "turns": out["counts"]["turns"],
-        "trainable": out["counts"]["trainable_tokens"],
-        "error": out["error"],
-        "rollout_id": out["rollout_id"],
-    }
-
-
-async def evaluate(client: Client, args: argparse.Namespace) -> list[dict[str, Any]]:
+async def evaluate(client: Client, args: argparse.Namespace) -> dict[str, Any]:
+    """The tasks, then one collect_episodes call with eval on: its result."""
     page = await client.call_tool(
         "list_tasks", {"source": args.tasks, "query": args.query, "limit": args.limit}
     )
@@ -110,50 +92,64 @@ async def evaluate(client: Client, args: argparse.Namespace) -> list[dict[str, A
     needs_model = args.harness not in ("oracle", "nop")
     if args.llm_url and needs_model and not await validate(client, args.llm_url):
         raise Abort(f"{args.llm_url} is not usable")
-    jobs = [(task, k) for task in tasks for k in range(args.samples)]
-    say(f"{len(jobs)} rollouts: {len(tasks)} tasks x {args.samples} samples")
-    rows: list[dict[str, Any]] = []
-    limiter = anyio.Semaphore(args.concurrency)
+    problems = 1 if tasks[0].startswith("harbor:") else args.problems
+    episodes = len(tasks) * problems * args.samples
+    say(f"{episodes} rollouts: {len(tasks)} tasks x {problems} problems x {args.samples} samples")
+    call: dict[str, Any] = {
+        "out_dir": args.out,
+        "tasks": tasks,
+        "episodes": episodes,
+        "group_size": args.samples,
+        "eval": True,
+        "k": [int(k) for k in args.k.split(",")],
+        "pass_threshold": args.pass_threshold,
+        "seed": args.seed,
+        "concurrency": args.concurrency,
+    }
+    optional = {"llm_url": args.llm_url, "harness": args.harness, "reward_key": args.reward_key}
+    call.update({k: v for k, v in optional.items() if v is not None})
+    if args.max_turns:
+        call["limits"] = {"max_turns": args.max_turns}
+    if args.out is None:  # the same eval resumes in its folder; another gets its own
+        same = {k: v for k, v in call.items() if k not in ("out_dir", "concurrency", "k")}
+        digest = hashlib.sha256(json.dumps(same, sort_keys=True).encode()).hexdigest()
+        call["out_dir"] = f"evals/{digest[:12]}"
 
-    async def one(task: str, k: int) -> None:
-        async with limiter:
-            row = await rollout(client, args, task, k)
-        rows.append(row)
-        status = "ok" if row["ok"] else f"FAILED: {row['error']}"
-        say(f"[{len(rows)}/{len(jobs)}] {task} #{k}: reward {row['reward']} {status}")
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        say(f"[{int(done)}/{int(total or 0)}] {message or ''}")
 
-    async with anyio.create_task_group() as tg:
-        for task, k in jobs:
-            tg.start_soon(one, task, k)
-    order = {job: i for i, job in enumerate(jobs)}
-    return sorted(rows, key=lambda r: order[(r["task"], r["sample"])])
+    result = await client.call_tool(
+        "collect_episodes", call, read_timeout_seconds=CALL_TIMEOUT_S, progress_callback=progress
+    )
+    if result.is_error:
+        raise Abort(f"collect_episodes: {error_text(result)}")
+    return result.structured_content
 
 
-def cell(value: Any) -> str:
+def pm(value: float | None, se: float | None) -> str:
     if value is None:
         return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "NO"
-    if isinstance(value, float):
-        return f"{value:.3f}"
-    return str(value)
+    return f"{value:.3f}" + ("" if se is None else f" ± {se:.3f}")
 
 
-def print_table(rows: list[dict[str, Any]]) -> None:
-    table = [list(COLUMNS)] + [[cell(row.get(c)) for c in COLUMNS] for row in rows]
-    widths = [max(len(line[i]) for line in table) for i in range(len(COLUMNS) - 1)]
-    for line in table:
-        print("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=False)) + "  " + line[-1])
-
-
-def summary(rows: list[dict[str, Any]]) -> str:
-    rewards = [r["reward"] for r in rows if r["reward"] is not None]
-    mean = f"{sum(rewards) / len(rewards):.3f}" if rewards else "-"
-    failed = sum(not r["ok"] for r in rows)
-    return (
-        f"mean reward {mean} over {len(rewards)} rewarded rollouts; "
-        f"{len(rows) - failed} ok, {failed} failed"
-    )
+def print_metrics(metrics: dict[str, Any]) -> None:
+    """The metrics block as a table: one row per task family, then overall."""
+    header = ["family", "problems", "samples", "failed", "mean reward"]
+    header += [f"pass@{k}" for k in metrics["ks"]]
+    rows = [header]
+    for f in [*metrics["families"], metrics["overall"]]:
+        rows.append(
+            [f["family"], str(f["problems"]), str(f["samples"]), str(f["failed"])]
+            + [pm(f["reward_mean"], f["reward_se"])]
+            + [pm(p["estimate"], p["se"]) for p in f["pass_at"]]
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    for r in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+    if metrics["causes"]:
+        print(f"failed attempts ({metrics['overall']['failed']}), by cause:")
+        for cause, n in metrics["causes"].items():
+            print(f"  {n:>5}  {cause}")
 
 
 def leaf(exc: BaseException) -> BaseException:
@@ -174,7 +170,7 @@ async def main(args: argparse.Namespace) -> int:
     try:
         async with httpx2.AsyncClient(headers=headers, timeout=timeout, event_hooks=hooks) as http:
             async with Client(streamable_http_client(args.server, http_client=http)) as client:
-                rows = await evaluate(client, args)
+                result = await evaluate(client, args)
     except Exception as exc:
         cause = leaf(exc)
         if 401 in statuses:
@@ -182,14 +178,13 @@ async def main(args: argparse.Namespace) -> int:
         else:
             say(str(cause) if isinstance(cause, Abort) else f"{args.server}: {cause!r}")
         return 1
+    metrics = result["metrics"]
     if args.json:
-        for row in rows:
-            print(json.dumps(row))
-        say(summary(rows))
+        print(json.dumps(metrics, indent=2))
     else:
-        print_table(rows)
-        print(summary(rows))
-    return 1 if any(not r["ok"] for r in rows) else 0
+        print_metrics(metrics)
+    say(f"eval folder: {result['out_dir']}")
+    return 1 if result["totals"].get("failed") else 0
 
 
 if __name__ == "__main__":

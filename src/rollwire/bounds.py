@@ -22,6 +22,7 @@ from pydantic import Field
 MAX_EPISODES = 1_000_000
 #: samples per task instance (a GRPO group)
 MAX_GROUP_SIZE = 1024
+MAX_KS = 16  # pass@k values one eval reports
 #: rollouts of one collection running at once
 MAX_CONCURRENCY = 256
 #: distinct task references of one collection (each is checked before anything runs)
@@ -62,6 +63,8 @@ Text = Annotated[str, Field(max_length=MAX_TEXT)]
 Seed = Annotated[int, Field(ge=MIN_SEED, le=MAX_SEED)]
 Episodes = Annotated[int, Field(ge=1, le=MAX_EPISODES)]
 GroupSize = Annotated[int, Field(ge=1, le=MAX_GROUP_SIZE)]
+#: pass@k for these k (each at most a group's size)
+Ks = Annotated[list[GroupSize], Field(min_length=1, max_length=MAX_KS)]
 Concurrency = Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)]
 TaskList = Annotated[list[Text], Field(min_length=1, max_length=MAX_TASKS)]
 

@@ -166,3 +166,29 @@ def test_a_task_with_several_rewards_and_no_reward_key_is_refused_up_front(tmp_p
     )  # fmt: skip
     assert named.returncode == 0, named.stderr
     assert json.loads(named.stdout)["metrics"]["overall"]["passed"] == 1
+
+
+@pytest.mark.anyio
+async def test_collect_episodes_metrics_block_equals_the_cli_eval_of_the_same_folder(
+    solver, tmp_path
+):
+    from mcp import Client
+
+    from rollwire.server.mcp_app import ServerState, build_server
+
+    data = tmp_path / "data"
+    done = rollwire(*eval_cmd(solver, data / "ev"))
+    assert done.returncode == 0, done.stderr
+    cli = json.loads((data / "ev" / "eval.json").read_text())["metrics"]
+    call = {
+        "out_dir": "ev", "tasks": [TASK], "episodes": 24, "group_size": 4, "eval": True,
+        "k": [1, 2, 4], "limits": {"max_turns": 2}, "llm_url": solver,
+    }  # fmt: skip
+    async with ServerState(data_dir=data) as state, Client(build_server(state)) as client:
+        result = await client.call_tool("collect_episodes", call)
+        assert not result.is_error, result.content
+        again = result.structured_content
+        assert again["skipped_done"] == 24 and again["collected"] == 0  # the same collection
+        assert again["metrics"] == cli
+        bad = await client.call_tool("collect_episodes", {**call, "k": [8]})
+        assert bad.is_error and "k: pass@8 needs at least 8 samples" in bad.content[0].text

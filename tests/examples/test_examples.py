@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,7 +24,6 @@ DESKTOP_CONFIG = ROOT / "examples" / "claude_desktop_config.json"
 PLACEHOLDER_DIR = "/path/to/rollwire"
 PLACEHOLDER_LLM = "http://127.0.0.1:8000/v1"
 TOKEN = "eval-token"
-HEADER = ["task", "sample", "reward", "ok", "tier", "turns", "trainable", "error"]
 
 
 @pytest.fixture(scope="module")
@@ -50,74 +50,78 @@ def eval_client(server: ServeProcess, *args: str, token: str | None = TOKEN):
     return done
 
 
-def table(stdout: str) -> tuple[list[list[str]], str]:
-    """The table's rows (split on runs of spaces, error last) and the summary line."""
-    *lines, summary = stdout.strip().splitlines()
-    assert lines[0].split() == HEADER, stdout
-    return [line.split(maxsplit=len(HEADER) - 1) for line in lines[1:]], summary
+def metrics_table(stdout: str) -> dict[str, list[str]]:
+    """The client's table: family -> [problems, samples, failed, mean reward, pass@k ...]."""
+    lines = stdout.splitlines()
+    rows = {}
+    for line in lines[1:]:
+        if line.startswith("failed attempts"):
+            break
+        cells = re.split(r"\s{2,}", line.strip())
+        rows[cells[0]] = cells[1:]
+    return rows
 
 
 def test_eval_client_env_task_on_the_servers_default_engine(server, fake):
     before = len(fake[0].requests)
     done = eval_client(
         server, "--tasks", "reasoning_gym", "--query", "chain_sum", "--limit", "1",
-        "--samples", "2", "--seed", "0", "--concurrency", "2",
+        "--problems", "2", "--samples", "2", "--k", "1,2", "--concurrency", "2",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    rows, summary = table(done.stdout)
-    assert [r[:2] for r in rows] == [
-        ["reasoning_gym:chain_sum", "0"],
-        ["reasoning_gym:chain_sum", "1"],
-    ]
-    for _, _, reward, ok, tier, turns, trainable, error in rows:
-        assert float(reward) in (0.0, 1.0) and ok == "yes" and tier == "tokens" and error == "-"
-        assert int(turns) >= 1 and int(trainable) > 0
-    assert summary.endswith("over 2 rewarded rollouts; 2 ok, 0 failed"), summary
-    assert "[2/2] reasoning_gym:chain_sum" in done.stderr
+    assert done.stdout.splitlines()[0].split() == [
+        "family", "problems", "samples", "failed", "mean", "reward", "pass@1", "pass@2",
+    ]  # fmt: skip
+    rows = metrics_table(done.stdout)
+    assert set(rows) == {"reasoning_gym:chain_sum", "overall"}
+    assert rows["overall"][:2] == ["2", "4"]
+    assert "[4/4]" in done.stderr and "eval folder: " in done.stderr
     assert len(fake[0].requests) > before  # no --llm-url: the server's default engine ran them
 
 
-def test_eval_client_json_rows_after_validating_the_engine(server, fake):
+def test_eval_client_json_metrics_after_validating_the_engine(server, fake):
     done = eval_client(
         server, "--llm-url", fake[1], "--tasks", "reasoning_gym", "--query", "chain_sum",
         "--limit", "1", "--max-turns", "2", "--json",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert f"{fake[1]}: TRAIN (tier tokens, model smol)" in done.stderr
-    rows = [json.loads(line) for line in done.stdout.splitlines()]
-    assert len(rows) == 1 and rows[0]["task"] == "reasoning_gym:chain_sum"
-    assert rows[0]["ok"] and rows[0]["tier"] == "tokens" and rows[0]["trainable"] > 0
-    assert 1 <= rows[0]["turns"] <= 2 and len(rows[0]["rollout_id"]) == 32
-    assert "1 ok, 0 failed" in done.stderr
+    metrics = json.loads(done.stdout)
+    overall = metrics["overall"]
+    assert (overall["problems"], overall["samples"]) == (1, 1) and metrics["ks"] == [1]
+    assert [f["family"] for f in metrics["families"]] == ["reasoning_gym:chain_sum"]
 
 
-def test_eval_client_harbor_oracle_and_a_failed_rollout(server):
-    """The bundled dataset with the oracle: five tasks pass; the multi-reward task without
-    --reward-key fails, so the exit code is 1."""
+def test_eval_client_refuses_a_task_with_several_rewards_and_no_reward_key(server):
     done = eval_client(
         server, "--tasks", "examples/tasks", "--harness", "oracle", "--limit", "10",
         "--concurrency", "3",
     )  # fmt: skip
+    assert done.returncode == 1 and done.stdout == ""
+    assert "sales-report' declares several rewards" in done.stderr
+
+
+def test_eval_client_counts_failed_rollouts_as_failed_attempts_by_cause(server):
+    """--reward-key correct: sales-report passes, every other bundled task has no such reward
+    and fails; the failures are attempts, counted and grouped by cause (exit code 1)."""
+    done = eval_client(
+        server, "--tasks", "examples/tasks", "--harness", "oracle", "--limit", "10",
+        "--reward-key", "correct", "--concurrency", "3", "--json",
+    )  # fmt: skip
     assert done.returncode == 1, done.stderr
-    rows, summary = table(done.stdout)
-    by_task = {r[0].removeprefix("harbor:examples/tasks#"): r for r in rows}
-    assert sorted(by_task) == [
-        "count-errors", "fix-median", "inventory-steps", "organize-files", "sales-report",
-        "token-relay",
-    ]  # fmt: skip
-    failed = by_task.pop("sales-report")
-    assert failed[2:4] == ["-", "NO"] and "no reward_key" in failed[7]
-    for row in by_task.values():
-        assert row[1:] == ["0", "1.000", "yes", "text", "0", "0", "-"], row
-    assert summary == "mean reward 1.000 over 5 rewarded rollouts; 5 ok, 1 failed"
+    metrics = json.loads(done.stdout)
+    overall = metrics["overall"]
+    assert (overall["problems"], overall["samples"], overall["passed"]) == (6, 6, 1)
+    assert overall["failed"] == 5 and overall["pass_at"][0]["estimate"] == pytest.approx(1 / 6)
+    ((cause, n),) = metrics["causes"].items()
+    assert n == 5 and "reward_key 'correct' is not among the rewards" in cause
 
 
 def test_eval_client_zero_reward_is_not_a_failure(server):
     done = eval_client(server, "--tasks", "examples/tasks", "--query", "count", "--harness", "nop")
     assert done.returncode == 0, done.stderr
-    rows, summary = table(done.stdout)
-    assert [r[:4] for r in rows] == [["harbor:examples/tasks#count-errors", "0", "0.000", "yes"]]
-    assert summary == "mean reward 0.000 over 1 rewarded rollouts; 1 ok, 0 failed"
+    rows = metrics_table(done.stdout)
+    assert rows["overall"] == ["1", "1", "0", "0.000", "0.000"]
 
 
 def test_eval_client_without_the_token_is_refused(server):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -61,6 +63,18 @@ def names_field(result, field: str) -> bool:
     """Our own errors start with ``field:``; the SDK's validation errors put it (or its dotted
     path, e.g. ``limits.max_turns``) on its own line."""
     return re.search(rf"(: {field}: |\n([\w]+\.)*{field}\n)", error_text(result)) is not None
+
+
+async def test_serve_help_names_every_tool_the_server_lists(client):
+    listed = {t.name for t in (await client.list_tools()).tools}
+    shown = subprocess.run(
+        [sys.executable, "-m", "rollwire", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    named = set(re.findall(r"[a-z]+(?:_[a-z]+)+|\binfo\b", shown))
+    assert listed <= named, sorted(listed - named)
 
 
 async def test_the_server_lists_its_tools_with_schemas(client):

@@ -36,6 +36,7 @@ from pydantic import BaseModel, Field
 
 from rollwire import bounds
 from rollwire.capture.rollout import RolloutType
+from rollwire.datasets.evals import EvalMetrics, Scoring, summarise_dir
 from rollwire.datasets.records import (
     EpisodeRecord,
     FailureRecord,
@@ -240,6 +241,11 @@ class CollectResult(BaseModel):
     progress: CollectProgress | None = Field(
         default=None, description="while running: episodes done of total, rate, eta"
     )
+    metrics: EvalMetrics | None = Field(
+        default=None,
+        description="the whole collection's eval numbers: per task family and overall, mean "
+        "reward and pass@k with standard errors over problems; failed attempts by cause",
+    )
 
 
 OnProgress = Callable[[CollectProgress], Awaitable[None] | None]
@@ -366,8 +372,12 @@ async def collect(
     pool: EndpointPool | None = None,
     on_progress: OnProgress | None = None,
     ray_address: str | None = None,
+    scoring: Scoring | None = None,
 ) -> CollectResult:
     """Run (or resume) a collection into ``out_dir``.
+
+    The result's ``metrics`` are the whole folder's eval numbers once the run is over, scored
+    as ``scoring`` says (default: pass@1 at reward >= 1.0; ``rollwire.datasets.evals``).
 
     ``ray_address``: run the episodes on that Ray cluster's nodes (rollwire.collect.cluster);
     this process stays the only writer of the store.
@@ -411,11 +421,17 @@ async def collect(
         async with store:
             if ray_address is None:
                 runner = LocalRunner(pool, engines)
-                return await _run(config, plans, store, runner, start, on_progress, model, tier)
-            from rollwire.collect.cluster import RayRunner
+                result = await _run(config, plans, store, runner, start, on_progress, model, tier)
+            else:
+                from rollwire.collect.cluster import RayRunner
 
-            async with RayRunner(ray_address, config, pool, concurrency=config.concurrency) as ray:
-                return await _run(config, plans, store, ray, start, on_progress, model, tier)
+                async with RayRunner(
+                    ray_address, config, pool, concurrency=config.concurrency
+                ) as ray:
+                    result = await _run(config, plans, store, ray, start, on_progress, model, tier)
+        metrics, _ = await anyio.to_thread.run_sync(summarise_dir, out, scoring)
+        result.metrics = metrics
+        return result
     finally:
         if own_pool:
             await pool.aclose()

@@ -27,10 +27,9 @@ from rollwire.collect.collection import (
     collect,
 )
 from rollwire.datasets.evals import (
-    FAILED_REWARD,
-    PASS_THRESHOLD,
     EvalMetrics,
     ProblemScore,
+    Scoring,
     parse_ks,
     read_attempts,
     summarise,
@@ -85,6 +84,20 @@ def declared_reward_keys(task: str) -> list[str]:
     return [str(k) for k in keys] if isinstance(keys, list) else []
 
 
+def refuse_unnamed_rewards(tasks: Sequence[str], reward_key: str | None) -> None:
+    """An eval scores one reward: a task that declares several needs ``reward_key`` (blocking).
+    Raises :class:`CollectInputError` naming the task and its rewards."""
+    if reward_key is not None:
+        return
+    for task in dict.fromkeys(t for t in tasks if t.startswith(HARBOR_PREFIX)):
+        keys = declared_reward_keys(task)
+        if len(keys) > 1:
+            raise CollectInputError(
+                f"reward_key: task {task!r} declares several rewards {keys}; name the one to "
+                "score with reward_key (--reward-key; rewards are never averaged)"
+            )
+
+
 def eval_config(
     *,
     tasks: Sequence[str],
@@ -117,14 +130,7 @@ def eval_config(
             f"problems: a Harbor task is one problem (it has no task seed); --problems "
             f"{problems} applies to env tasks only: drop it for {harbor[0]!r}"
         )
-    if collection.get("reward_key") is None:
-        for task in dict.fromkeys(harbor):
-            keys = declared_reward_keys(task)
-            if len(keys) > 1:
-                raise CollectInputError(
-                    f"reward_key: task {task!r} declares several rewards {keys}; name the one "
-                    "to score with --reward-key (rewards are never averaged)"
-                )
+    refuse_unnamed_rewards(tasks, collection.get("reward_key"))
     for off in ("min_reward", "trainable_only"):
         if collection.get(off):
             raise CollectInputError(f"{off}: an eval keeps every episode; it takes no filter")
@@ -138,25 +144,10 @@ def eval_config(
     )
 
 
-def summarise_folder(
-    out_dir: str | Path,
-    *,
-    ks: Sequence[int] = (1,),
-    pass_threshold: float = PASS_THRESHOLD,
-    failed_reward: float = FAILED_REWARD,
-) -> tuple[EvalMetrics, list[ProblemScore]]:
-    """The metrics of every attempt a collection folder holds (blocking)."""
-    return summarise(
-        read_attempts(out_dir), ks=ks, pass_threshold=pass_threshold, failed_reward=failed_reward
-    )
-
-
 def report_for(
     out_dir: str | Path,
     *,
-    ks: Sequence[int] = (1,),
-    pass_threshold: float = PASS_THRESHOLD,
-    failed_reward: float = FAILED_REWARD,
+    scoring: Scoring | None = None,
     command: Sequence[str] = (),
     result: CollectResult | None = None,
 ) -> EvalReport:
@@ -166,8 +157,9 @@ def report_for(
     if manifest is None:
         raise CollectInputError(f"{out}: not a collection (no manifest.json)")
     attempts = read_attempts(out)
+    s = scoring or Scoring()
     metrics, scores = summarise(
-        attempts, ks=ks, pass_threshold=pass_threshold, failed_reward=failed_reward
+        attempts, ks=s.ks, pass_threshold=s.pass_threshold, failed_reward=s.failed_reward
     )
     config = manifest.config
     llm = config.get("llm") or {}
@@ -210,9 +202,7 @@ async def run_eval(
     config: CollectConfig,
     out_dir: str | Path,
     *,
-    ks: Sequence[int],
-    pass_threshold: float = PASS_THRESHOLD,
-    failed_reward: float = FAILED_REWARD,
+    scoring: Scoring,
     command: Sequence[str] = (),
     pool: EndpointPool | None = None,
     on_progress: OnProgress | None = None,
@@ -220,17 +210,15 @@ async def run_eval(
 ) -> tuple[EvalReport, CollectResult]:
     """Run (or resume) the eval's collection, then summarise the folder into ``eval.json``."""
     result = await collect(
-        config, out_dir, pool=pool, on_progress=on_progress, ray_address=ray_address
+        config,
+        out_dir,
+        pool=pool,
+        on_progress=on_progress,
+        ray_address=ray_address,
+        scoring=scoring,
     )
     report = await anyio.to_thread.run_sync(
-        lambda: report_for(
-            out_dir,
-            ks=ks,
-            pass_threshold=pass_threshold,
-            failed_reward=failed_reward,
-            command=command,
-            result=result,
-        )
+        lambda: report_for(out_dir, scoring=scoring, command=command, result=result)
     )
     report.problems_per_task = config.episodes // (config.group_size * len(config.tasks))
     await anyio.to_thread.run_sync(
@@ -247,7 +235,7 @@ __all__ = [
     "declared_reward_keys",
     "eval_config",
     "load_report",
+    "refuse_unnamed_rewards",
     "report_for",
     "run_eval",
-    "summarise_folder",
 ]

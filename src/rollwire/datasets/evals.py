@@ -157,6 +157,15 @@ def read_attempts(out_dir: str | Path) -> list[Attempt]:
 # -- the summary -------------------------------------------------------------------------------
 
 
+class Scoring(BaseModel):
+    """How an eval's samples are scored: which pass@k, when a sample passes, what a failed one
+    scores in the mean reward."""
+
+    ks: list[int] = Field(default_factory=lambda: [1], description="pass@k for these k")
+    pass_threshold: float = PASS_THRESHOLD
+    failed_reward: float = FAILED_REWARD
+
+
 class PassAtK(BaseModel):
     k: int
     estimate: float | None = Field(description="mean over problems with at least k samples")
@@ -291,6 +300,19 @@ def summarise(
         causes=named,
     )
     return metrics, scores
+
+
+def summarise_dir(
+    out_dir: str | Path, scoring: Scoring | None = None
+) -> tuple[EvalMetrics, list[ProblemScore]]:
+    """The metrics of every attempt a collection folder holds (blocking: reads the folder)."""
+    s = scoring or Scoring()
+    return summarise(
+        read_attempts(out_dir),
+        ks=s.ks,
+        pass_threshold=s.pass_threshold,
+        failed_reward=s.failed_reward,
+    )
 
 
 # -- comparing two evals -----------------------------------------------------------------------
@@ -481,6 +503,7 @@ __all__ = [
     "FamilyMetrics",
     "PassAtK",
     "ProblemScore",
+    "Scoring",
     "compare",
     "family_of",
     "parse_ks",
@@ -488,4 +511,5 @@ __all__ = [
     "problem_scores",
     "read_attempts",
     "summarise",
+    "summarise_dir",
 ]

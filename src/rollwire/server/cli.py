@@ -614,7 +614,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     """run the MCP server (stdio or streamable HTTP)
 
     The rollwire MCP server: list_tasks, validate_llm, run_rollout, start_rollout, get_rollout,
-    cancel_rollout, list_rollouts, get_rollout_graph, info, and the resources
+    cancel_rollout, list_rollouts, get_rollout_graph, collect_episodes, push_dataset, info, and
+    the resources
     rollout://{rollout_id}/document and /graph. --stdio for a local client that spawns it (Claude
     Desktop, an IDE); --http serves streamable HTTP at /mcp, the --llm-url engine's capture proxy at
     /capture/v1 and /health. --llm-url is the engine rollouts use when a call names none. Logs go to

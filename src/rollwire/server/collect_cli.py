@@ -198,7 +198,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     """
     from rollwire.collect.collection import CollectInputError, resolve_tasks
     from rollwire.collect.evaluation import eval_config, run_eval
-    from rollwire.datasets.evals import EvalMismatch, parse_ks
+    from rollwire.datasets.evals import EvalMismatch, Scoring, parse_ks
     from rollwire.datasets.store import CollectionError
 
     if args.compare:
@@ -209,6 +209,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         if not args.task and not args.dataset:
             raise CollectInputError("task: give --task REF (repeatable) or --dataset PATH")
         ks = parse_ks(args.k)
+        scoring = Scoring(
+            ks=ks, pass_threshold=args.pass_threshold, failed_reward=args.failed_reward
+        )
         tasks = resolve_tasks(args.task, dataset=args.dataset, task_glob=args.tasks)
         config = eval_config(
             tasks=tasks, problems=args.problems, samples=args.samples, ks=ks, **_run_settings(args)
@@ -216,13 +219,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
         async def run(config: Any, out: Any, **kw: Any) -> Any:
             return await run_eval(
-                config,
-                out,
-                ks=ks,
-                pass_threshold=args.pass_threshold,
-                failed_reward=args.failed_reward,
-                command=["rollwire", *sys.argv[1:]],
-                **kw,
+                config, out, scoring=scoring, command=["rollwire", *sys.argv[1:]], **kw
             )
 
         report, result = anyio.run(functools.partial(_collect, args, config, run))

@@ -39,6 +39,8 @@ from rollwire.collect.collection import (
     collect,
     resolve_tasks,
 )
+from rollwire.collect.evaluation import refuse_unnamed_rewards
+from rollwire.datasets.evals import Scoring
 from rollwire.datasets.hub import PushResult
 from rollwire.datasets.store import CollectionError
 from rollwire.roots import OutsideRoots, Roots
@@ -253,11 +255,11 @@ def build_server(state: ServerState | None = None) -> MCPServer:
     @mcp.tool()
     @takes(a.SOURCE, a.OFFSET, a.LIMIT, a.QUERY)
     async def list_tasks(*, source, offset, limit, query) -> TaskPage:
-        """Find tasks to run; use it first. Each task's `ref` is what run_rollout and
+        """Find tasks to run; use it first. A task's `ref` is what run_rollout and
         collect_episodes take as `task`. source: omit for every env task; an env family
         (reasoning_gym, openspiel, textarena, browsergym); or a Harbor dataset path the server
         allows (e.g. 'examples/tasks'). query keeps refs or descriptions containing it. Page with
-        offset/limit (next_offset null: the last page).
+        offset/limit (next_offset null: last page).
         """
         if source is not None and source not in ADAPTERS:
             await state.confine_dataset("source", source)
@@ -269,10 +271,9 @@ def build_server(state: ServerState | None = None) -> MCPServer:
     @mcp.tool()
     @takes(a.ENGINE_URL, a.MODEL, a.API_KEY)
     async def validate_llm(*, llm_url, model, api_key) -> Certification:
-        """Check an OpenAI-spec engine (e.g. vLLM at http://host:8000/v1) before
-        rollouts. verdict TRAIN: token ids and logprobs come back, rollouts are trainable; EVAL
-        ONLY: text only (evaluation data); NOT USABLE: see findings. token_in_paths: how
-        multi-turn conversations stay one training sequence. A usable result is cached.
+        """Check an OpenAI-spec engine (vLLM, SGLang ...) before rollouts. verdict TRAIN: token ids and logprobs come back, trainable; EVAL ONLY: text
+        only (eval data); NOT USABLE: see findings. token_in_paths: how multi-turn
+        conversations stay one training sequence. A usable result is cached.
         """
         return await state.pool.certify(llm_url, model=model, api_key=api_key)
 
@@ -346,14 +347,14 @@ def build_server(state: ServerState | None = None) -> MCPServer:
     @mcp.tool()
     @takes(a.ROLLOUT)
     async def run_rollout(ctx: Context, **given: Any) -> RolloutSummary:
-        """Run one rollout (an agent on one task, every model call captured) and wait
-        for its reward and capture summary. task: a list_tasks ref. llm: engine URL or {url,
-        model, api_key} (or flat llm_url/model/api_key); default: the server's. Harbor tasks:
-        harness terminus-2 (default), oracle, nop or one info lists; sandbox local (default) or
-        docker. Env tasks: seed picks the instance; task_config configures it; answer_mode
-        tool (default; no tool call: reward null), text or either. include_tokens adds each
-        sequence's ids, loss mask and logprobs. Failure is ok=false with `error`. Then
-        get_rollout_graph or resource rollout://{rollout_id}/document.
+        """Run one rollout (an agent on one task, every model call captured); wait for
+        its reward and capture summary. task: a list_tasks ref. llm: URL or {url, model,
+        api_key} (or llm_url/model/api_key); default: the server's. Harbor tasks: harness
+        terminus-2 (default), oracle, nop or one info lists; sandbox local (default) or docker.
+        Env tasks: seed picks the instance, task_config configures it; answer_mode tool
+        (default; no tool call: reward null), text or either. include_tokens adds ids, loss
+        mask and logprobs. Failure: ok=false with `error`. Then get_rollout_graph or
+        rollout://{rollout_id}/document.
         """
         request = request_of(**given)
         checked_plan = await checked(request)
@@ -387,8 +388,8 @@ def build_server(state: ServerState | None = None) -> MCPServer:
     @mcp.tool()
     @takes(a.ROLLOUT_ID)
     async def cancel_rollout(*, rollout_id) -> RolloutStatus:
-        """Stop a running rollout and wait for its cleanup (sandbox torn down,
-        capture closed); nothing is kept for it."""
+        """Stop a running rollout and wait for its cleanup (sandbox down, capture
+        closed); nothing is kept."""
         job = await state.jobs.cancel(lookup(rollout_id).rollout_id)
         assert job is not None
         return job.view()
@@ -417,6 +418,7 @@ def build_server(state: ServerState | None = None) -> MCPServer:
         (a.SANDBOX, a.ENGINES, a.SAMPLING, a.LIMITS, a.REWARD_KEY, a.TASK_CONFIG),
         (a.ANSWER_MODE, a.FIRST_SEED, a.CONCURRENCY, a.MIN_REWARD, a.TRAINABLE_ONLY),
         (a.KEEP_FAILURES, a.RESUME, a.LLM_URL, a.MODEL, a.API_KEY, a.BACKGROUND),
+        (a.EVAL, a.KS, a.PASS_THRESHOLD),
     )
     async def collect_episodes(
         ctx: Context,
@@ -445,15 +447,18 @@ def build_server(state: ServerState | None = None) -> MCPServer:
         model,
         api_key,
         background,
+        eval,
+        k,
+        pass_threshold,
     ) -> CollectResult:
-        """Build a training dataset: rollouts into out_dir (inside the server's data
-        directory), crash-safe. tasks: refs; or dataset (+ task_glob) for a Harbor dataset.
-        episodes in all; group_size samples share one task instance (a GRPO group). The same
-        call again resumes (nothing twice; a larger `episodes` extends). min_reward and
-        trainable_only filter what is kept; other arguments as run_rollout; llm may be a list
-        of engines serving one model. Reports progress; cancelling keeps what is written.
-        background: return at once (status running); the same call again reports progress,
-        then the result. Then push_dataset.
+        """Build a dataset or run an eval: rollouts into out_dir (under the data dir),
+        crash-safe. tasks: refs; or dataset (+ task_glob). episodes in all; group_size
+        samples share one task instance (a GRPO group). The same call resumes (nothing twice;
+        more `episodes` extends). min_reward, trainable_only filter what is kept; other
+        arguments as run_rollout; llm may be a list of engines. Cancelling keeps what is
+        written. background: return at once; call again for progress, then the result.
+        metrics: per task family, mean reward and pass@k (k; pass: reward >= pass_threshold)
+        with standard errors. eval: rollouts marked eval, no filter. Then push_dataset.
         """
         try:
             spec: LLMSpec | list[LLMSpec] | None
@@ -493,7 +498,21 @@ def build_server(state: ServerState | None = None) -> MCPServer:
                 trainable_only=trainable_only,
                 keep_failures=keep_failures,
                 resume=resume,
+                purpose="eval" if eval else "train",
             )
+            if eval and (min_reward is not None or trainable_only or not keep_failures):
+                raise CollectInputError(
+                    "eval: an eval keeps every episode and records every failure; drop "
+                    "min_reward, trainable_only and keep_failures=false"
+                )
+            if eval:
+                await anyio.to_thread.run_sync(refuse_unnamed_rewards, task_refs, reward_key)
+            if max(k) > group_size:
+                raise CollectInputError(
+                    f"k: pass@{max(k)} needs at least {max(k)} samples per task instance; "
+                    f"group_size is {group_size} (each k must be <= group_size)"
+                )
+            scoring = Scoring(ks=sorted(set(k)), pass_threshold=pass_threshold)
         except (RolloutArgumentError, CollectInputError, ValueError) as exc:
             raise ToolError(str(exc)) from None
 
@@ -511,19 +530,28 @@ def build_server(state: ServerState | None = None) -> MCPServer:
         if running is not None:
             return await rejoin(running, path, config, background, progress)
         if background:
-            return start_background(path, out_dir, config)
+            return start_background(path, out_dir, config, scoring)
         try:
-            return await run_collection(config, path, progress)
+            return await run_collection(config, path, progress, scoring)
         except (CollectInputError, CollectionError, OSError) as exc:
             raise ToolError(f"{type(exc).__name__}: {exc}") from None
 
-    async def run_collection(config: CollectConfig, path: Path, on_progress: Any) -> CollectResult:
+    async def run_collection(
+        config: CollectConfig, path: Path, on_progress: Any, scoring: Scoring
+    ) -> CollectResult:
         """The collection, on this server's engines (and Ray cluster, if it has one)."""
         return await collect(
-            config, path, pool=state.pool, on_progress=on_progress, ray_address=state.ray_address
+            config,
+            path,
+            pool=state.pool,
+            on_progress=on_progress,
+            ray_address=state.ray_address,
+            scoring=scoring,
         )
 
-    def start_background(path: Path, out_dir: str, config: CollectConfig) -> CollectResult:
+    def start_background(
+        path: Path, out_dir: str, config: CollectConfig, scoring: Scoring
+    ) -> CollectResult:
         """Run the collection in the server's task group; its state is kept under ``path``
         until a call collects its result."""
         job = Collecting(config, out_dir, CollectProgress(total=config.episodes))
@@ -534,7 +562,7 @@ def build_server(state: ServerState | None = None) -> MCPServer:
 
         async def run() -> None:
             try:
-                job.result = await run_collection(config, path, on_progress)
+                job.result = await run_collection(config, path, on_progress, scoring)
             except (CollectInputError, CollectionError, OSError) as exc:
                 job.error = f"{type(exc).__name__}: {exc}"
             except Exception as exc:  # reported to the next call, never lost
@@ -577,9 +605,9 @@ def build_server(state: ServerState | None = None) -> MCPServer:
     @mcp.tool()
     @takes(a.OUT_DIR, a.REPO_ID, a.PRIVATE, a.DRY_RUN, a.COMMIT_MESSAGE)
     async def push_dataset(*, out_dir, repo_id, private, dry_run, commit_message) -> PushResult:
-        """Publish a collection (collect_episodes' out_dir) to the Hugging Face Hub as
-        a dataset: Parquet and a card in one commit, private by default, loadable with
-        datasets.load_dataset(repo_id). dry_run shows what would be sent and sends nothing.
+        """Publish a collection (collect_episodes' out_dir) to the Hugging Face Hub:
+        Parquet and a card in one commit, private by default, loadable with
+        datasets.load_dataset(repo_id). dry_run sends nothing, shows what would go.
         """
         from rollwire.datasets.hub import HubError, apush_collection
 

@@ -188,13 +188,13 @@ class LLMSpec(BaseModel):
     url: str = Field(
         max_length=bounds.MAX_TEXT,
         validation_alias=AliasChoices("url", "llm_url", "base_url"),
-        description="the engine's OpenAI base URL, e.g. http://127.0.0.1:8000/v1",
+        description="OpenAI base URL, e.g. http://h:8000/v1",
     )
     model: str | None = Field(
         default=None, max_length=bounds.MAX_TEXT, description="served model (when several)"
     )
     api_key: str | None = Field(
-        default=None, max_length=bounds.MAX_TEXT, description="the engine's key, if it needs one"
+        default=None, max_length=bounds.MAX_TEXT, description="if the engine needs one"
     )
 
 
@@ -212,13 +212,13 @@ class Sampling(BaseModel):
         default=None,
         ge=bounds.MIN_SEED,
         le=bounds.MAX_SEED,
-        description="the model's seed; default: the rollout's seed",
+        description="default: the rollout's seed",
     )
     top_logprobs: int | None = Field(
         default=None,
         ge=0,
         le=bounds.MAX_TOP_LOGPROBS,
-        description="env tasks: top candidates per token, kept for the web UI",
+        description="env: top candidates per token",
     )
 
 
@@ -234,13 +234,13 @@ class Limits(BaseModel):
         default=None,
         ge=1,
         le=bounds.MAX_MODEL_CALLS,
-        description="model calls allowed",
+        description="model calls",
     )
     timeout_s: float | None = Field(
         default=None,
         gt=0,
         le=bounds.MAX_TIMEOUT_S,
-        description="seconds for the whole rollout",
+        description="whole rollout, seconds",
     )
 
 
