@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 from mcp import Client, MCPError
 
@@ -67,12 +67,9 @@ def names_field(result, field: str) -> bool:
 
 async def test_serve_help_names_every_tool_the_server_lists(client):
     listed = {t.name for t in (await client.list_tools()).tools}
-    shown = subprocess.run(
-        [sys.executable, "-m", "rollwire", "serve", "--help"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    shown = (
+        await anyio.run_process([sys.executable, "-m", "rollwire", "serve", "--help"])
+    ).stdout.decode()
     named = set(re.findall(r"[a-z]+(?:_[a-z]+)+|\binfo\b", shown))
     assert listed <= named, sorted(listed - named)
 

@@ -385,6 +385,12 @@ def _metric_matrix(scores: Sequence[ProblemScore], ks: Sequence[int]) -> np.ndar
     return np.asarray(rows, dtype=float).reshape(len(scores), 1 + len(ks))
 
 
+def _resample_counts(rng: np.random.Generator, rows: int, p: int) -> np.ndarray:
+    """``rows`` bootstrap resamples of ``p`` problems, as how often each problem is drawn."""
+    idx = rng.integers(0, p, size=(rows, p)) + (np.arange(rows) * p)[:, None]
+    return np.bincount(idx.ravel(), minlength=rows * p).reshape(rows, p).astype(float)
+
+
 def _bootstrap(d: np.ndarray, resamples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """The (low, high) percentile interval of the mean of d's rows, per column."""
     rng = np.random.default_rng(seed)
@@ -392,8 +398,7 @@ def _bootstrap(d: np.ndarray, resamples: int, seed: int) -> tuple[np.ndarray, np
     means = np.empty((resamples, d.shape[1]))
     for start in range(0, resamples, _CHUNK):
         stop = min(start + _CHUNK, resamples)
-        idx = rng.integers(0, p, size=(stop - start, p))
-        means[start:stop] = d[idx].mean(axis=1)
+        means[start:stop] = _resample_counts(rng, stop - start, p) @ d / p
     tail = (1.0 - CONFIDENCE) / 2 * 100
     low, high = np.percentile(means, [tail, 100 - tail], axis=0)
     return low, high
@@ -411,7 +416,7 @@ def _permutation(d: np.ndarray, resamples: int, seed: int) -> tuple[np.ndarray, 
     extreme = np.zeros(d.shape[1])
     for start in range(0, resamples, _CHUNK):
         stop = min(start + _CHUNK, resamples)
-        signs = rng.choice((-1.0, 1.0), size=(stop - start, p))
+        signs = rng.integers(0, 2, size=(stop - start, p)).astype(float) * 2 - 1
         extreme += (np.abs(signs @ d / p) >= observed).sum(axis=0)
     return (1 + extreme) / (1 + resamples), "monte-carlo"
 
@@ -478,10 +483,14 @@ def compare(
     groups: defaultdict[str, list[int]] = defaultdict(list)
     for i, s in enumerate(a):
         groups[family_of(s.task)].append(i)
-    families = [
-        _compare_family(f, [a[i] for i in idx], [b[i] for i in idx], ks, resamples, seed)
-        for f, idx in sorted(groups.items())
-    ]
+    if len(groups) == 1:  # one family: its numbers are the overall ones
+        (family,) = groups
+        families = [overall.model_copy(update={"family": family})]
+    else:
+        families = [
+            _compare_family(f, [a[i] for i in idx], [b[i] for i in idx], ks, resamples, seed)
+            for f, idx in sorted(groups.items())
+        ]
     return Comparison(
         a=names[0],
         b=names[1],
