@@ -40,6 +40,7 @@ from sft_warmup import (  # the warm-up's own helpers: one way to run each step
     ROOT,
     TASK,
     TASK_CONFIG,
+    compare_evals,
     engine,
     free_port,
     grpo,
@@ -245,10 +246,17 @@ def main(args: argparse.Namespace) -> int:
                     results["trained_engine"], results["after"] = held_out_eval(
                         args, client, url, data_dir, logs, f"after-{name}"
                     )
+    compared = ""
+    if "before" in results and "after" in results:  # paired by held-out seed
+        results["compare"], compared = compare_evals(
+            data_dir, f"eval-before-{name}", f"eval-after-{name}"
+        )
     results["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     record(Path(args.results), results)
     plot(Path(args.results), Path(args.plot))
     print(table(results))
+    if compared:
+        print(compared)
     print(f"results: {args.results}; plot: {args.plot}")
     return 0
 
@@ -268,7 +276,9 @@ def table(results: dict[str, Any]) -> str:
     if "before" in results and "after" in results:
         b, a = results["before"], results["after"]
         lines.append(
-            f"held-out accuracy {100 * b['accuracy']:.1f}% -> {100 * a['accuracy']:.1f}% "
+            f"held-out accuracy (pass@1) {100 * b['accuracy']:.1f}% ± "
+            f"{100 * (b.get('accuracy_se') or 0):.1f} -> {100 * a['accuracy']:.1f}% ± "
+            f"{100 * (a.get('accuracy_se') or 0):.1f} "
             f"({100 * (a['accuracy'] - b['accuracy']):+.1f} pp), compliance "
             f"{100 * b['tool_call_compliance']:.1f}% -> {100 * a['tool_call_compliance']:.1f}%"
         )

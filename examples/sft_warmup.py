@@ -22,7 +22,9 @@ RL has nothing to learn from. The warm-up, as the people who train models do it:
    completions are compared with the engine's at every step (and the previous step's
    completions under the new weights). ``examples/grpo_cpu.py`` runs the long version.
 
-The table (tool-call compliance, accuracy, mean reward; before and after) goes to stdout, every
+The table (tool-call compliance, accuracy = pass@1 and mean reward with their standard errors,
+from ``collect_episodes``' metrics block; before and after) and ``rollwire eval --compare`` of
+the two held-out evals (paired by seed: the difference with its 95% interval) go to stdout, every
 number of the run is appended to ``--results`` (default ``bench/results/sft_warmup.json``, a
 list of runs, ``quick`` ones marked). Progress and the commands' logs go to stderr and
 ``<work>/logs``.
@@ -231,30 +233,42 @@ def collect(
     return mcp_call(client, "collect_episodes", args)
 
 
-def scores(collection: Path) -> dict[str, Any]:
-    """Tool-call compliance, accuracy and mean reward of an evaluation collection.
+def scores(collection: Path, result: dict[str, Any]) -> dict[str, Any]:
+    """Held-out accuracy and mean reward from ``collect_episodes``' metrics block (``rollwire
+    eval``'s numbers: pass@1 and mean reward, each with its standard error over problems; a
+    failed or unscored rollout is a failed attempt, scoring 0); tool-call compliance and stop
+    reasons from the episodes themselves.
 
     Compliance: the model submitted its answer through the ``answer`` tool (in tool mode the
-    verifier runs exactly then, so the reward is a number). Accuracy: reward 1.0. Mean reward:
-    over every episode, a missing reward (no tool call, or a failed rollout) counted as 0."""
+    verifier runs exactly then, so the reward is a number)."""
+    overall = result["metrics"]["overall"]
     rows = [json.loads(x) for x in (collection / "episodes.jsonl").read_text().splitlines()]
-    failures = collection / "failures.jsonl"
-    failed = (
-        {json.loads(x)["episode_id"] for x in failures.read_text().splitlines()}
-        if failures.exists()
-        else set()
-    )
-    failed -= {r["episode_id"] for r in rows}
-    n = len(rows) + len(failed)
-    rewards = [r["reward"] for r in rows]
+    n = overall["samples"]
     return {
         "episodes": n,
-        "failed": len(failed),
-        "tool_call_compliance": sum(r is not None for r in rewards) / n,
-        "accuracy": sum(r == 1.0 for r in rewards) / n,
-        "mean_reward": sum(r or 0.0 for r in rewards) / n,
+        "failed": n - len(rows),
+        "tool_call_compliance": sum(r["reward"] is not None for r in rows) / n,
+        "accuracy": overall["pass_at"][0]["estimate"],
+        "accuracy_se": overall["pass_at"][0]["se"],
+        "mean_reward": overall["reward_mean"],
+        "mean_reward_se": overall["reward_se"],
+        "failed_causes": result["metrics"]["causes"],
         "stop_reasons": _count(r["stop_reason"] for r in rows),
     }
+
+
+def compare_evals(data_dir: Path, before: str, after: str) -> tuple[dict[str, Any], str]:
+    """``rollwire eval --compare`` of two held-out evals (paired by seed): JSON and the table."""
+    a, b = str(data_dir / before), str(data_dir / after)
+    shown = subprocess.run(
+        rollwire_cmd("eval", "--compare", a, b), cwd=ROOT, capture_output=True, text=True,
+        env=_env(), check=True,
+    )  # fmt: skip
+    data = subprocess.run(
+        rollwire_cmd("eval", "--compare", a, b, "--json"), cwd=ROOT, capture_output=True,
+        text=True, env=_env(), check=True,
+    )  # fmt: skip
+    return json.loads(data.stdout), shown.stdout
 
 
 def _count(values: Any) -> dict[str, int]:
@@ -290,16 +304,18 @@ def certify(client: Any, url: str, logs: Path, name: str) -> dict[str, Any]:
 def held_out_eval(
     args: argparse.Namespace, client: Any, url: str, data_dir: Path, logs: Path, name: str
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Certify an engine, then collect the held-out instances on it (tool mode, greedy by
-    default) and score them: the same seeds for every model."""
+    """Certify an engine, then evaluate it on the held-out instances (``collect_episodes``
+    with ``eval``; tool mode, greedy by default): the same seeds for every model."""
     engine_report = certify(client, url, logs, name)
     extra = {
         "sampling": {"temperature": args.eval_temperature, "max_tokens": args.max_tokens},
         "limits": {"max_turns": 2},
     }
-    collect(client, f"eval-{name}", {"url": url}, args.eval_episodes, EVAL_SEED, **extra)
+    # an eval (rollouts marked eval, no filter, every failure counted): one sample per seed
+    extra["eval"] = True
+    out = collect(client, f"eval-{name}", {"url": url}, args.eval_episodes, EVAL_SEED, **extra)
     held_out = [EVAL_SEED, EVAL_SEED + args.eval_episodes - 1]
-    scored = {**scores(data_dir / f"eval-{name}"), "seeds": held_out}
+    scored = {**scores(data_dir / f"eval-{name}", out), "seeds": held_out}
     say(f"{name}: {scored}")
     return engine_report, scored
 
@@ -481,15 +497,24 @@ def record(path: Path, results: dict[str, Any]) -> None:
 
 
 def table(before: dict[str, Any], after: dict[str, Any]) -> str:
-    rows = [("tool-call compliance", "tool_call_compliance"), ("accuracy", "accuracy"),
-            ("mean reward", "mean_reward")]  # fmt: skip
-    lines = [f"{'held-out seeds':22} {'before':>8} {'after':>8} {'delta':>8}"]
-    for label, key in rows:
+    def pm(value: float, se: float | None, pct: bool) -> str:
+        scale, unit = (100, "%") if pct else (1, "")
+        digits = 1 if pct else 3
+        text = f"{scale * value:.{digits}f}{unit}"
+        return text if se is None else f"{text} ± {scale * se:.{digits}f}"
+
+    rows = [("tool-call compliance", "tool_call_compliance", None, True),
+            ("accuracy (pass@1)", "accuracy", "accuracy_se", True),
+            ("mean reward", "mean_reward", "mean_reward_se", False)]  # fmt: skip
+    lines = [f"{'held-out seeds':22} {'before':>16} {'after':>16} {'delta':>9}"]
+    for label, key, se, pct in rows:
         b, a = before[key], after[key]
-        pct = key != "mean_reward"
-        fmt = (lambda v: f"{100 * v:.1f}%") if pct else (lambda v: f"{v:.3f}")
         delta = f"{100 * (a - b):+.1f} pp" if pct else f"{a - b:+.3f}"
-        lines.append(f"{label:22} {fmt(b):>8} {fmt(a):>8} {delta:>8}")
+        cells = (
+            pm(b, before.get(se) if se else None, pct),
+            pm(a, after.get(se) if se else None, pct),
+        )
+        lines.append(f"{label:22} {cells[0]:>16} {cells[1]:>16} {delta:>9}")
     return "\n".join(lines)
 
 
@@ -557,9 +582,11 @@ def main(args: argparse.Namespace) -> int:
                 )
                 if not args.no_grpo:
                     results["grpo"] = grpo_step(args, server, url, student, work, key)
+    results["compare"], compared = compare_evals(data_dir, "eval-base", "eval-student")
     results["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S")
     record(Path(args.results), results)
     print(table(results["before"], results["after"]))
+    print(compared)
     for row in (results.get("grpo") or {}).get("steps", []):
         print(
             f"GRPO step {row['step']} (weights {','.join(row['weight_versions'])}): rewards "

@@ -192,3 +192,19 @@ async def test_collect_episodes_metrics_block_equals_the_cli_eval_of_the_same_fo
         assert again["metrics"] == cli
         bad = await client.call_tool("collect_episodes", {**call, "k": [8]})
         assert bad.is_error and "k: pass@8 needs at least 8 samples" in bad.content[0].text
+
+
+def test_compare_takes_a_collection_without_eval_json_summarised_at_pass_at_1(tmp_path):
+    nop, made = tmp_path / "nop", tmp_path / "collected"
+    assert harbor_eval("nop", nop).returncode == 0
+    collected = rollwire(
+        "collect", "--dataset", EXAMPLES, "--tasks", SINGLE_REWARD, "--harness", "oracle",
+        "-n", "8", "--group-size", "2", "--out", str(made), "--no-progress",
+    )  # fmt: skip
+    assert collected.returncode == 0, collected.stderr
+    result = rollwire("eval", "--compare", str(nop), str(made), "--json")
+    assert result.returncode == 0, result.stderr
+    metrics = [d["metric"] for d in json.loads(result.stdout)["overall"]["differences"]]
+    assert metrics == ["reward_mean", "pass@1"]  # the ks both have
+    missing = rollwire("eval", "--compare", str(nop), str(tmp_path / "nothing"))
+    assert missing.returncode == 2 and "neither an eval nor a collection" in missing.stderr

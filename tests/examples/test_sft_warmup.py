@@ -69,6 +69,22 @@ def test_the_table_compares_held_out_seeds_before_and_after(warmup):
     assert before["episodes"] == after["episodes"] == EVAL_EPISODES
 
 
+def test_held_out_numbers_come_from_rollwire_eval_with_standard_errors(warmup):
+    """accuracy is the metrics block's pass@1 (with its standard error over the held-out
+    problems), and the before/after comparison is `rollwire eval --compare`'s, paired by seed."""
+    done, results = warmup
+    before, after = results["before"], results["after"]
+    for side in (before, after):
+        assert 0.0 <= side["accuracy"] <= 1.0 and side["accuracy_se"] is not None
+    overall = results["compare"]["overall"]
+    assert overall["problems"] == EVAL_EPISODES
+    assert overall["wins"] + overall["losses"] + overall["ties"] == EVAL_EPISODES
+    pass1 = next(d for d in overall["differences"] if d["metric"] == "pass@1")
+    assert (pass1["a"], pass1["b"]) == pytest.approx((before["accuracy"], after["accuracy"]))
+    assert pass1["ci_low"] <= pass1["diff"] <= pass1["ci_high"]
+    assert "paired by problem: 4 problems" in done.stdout
+
+
 def test_warm_up_teaches_the_tool_call(warmup):
     _, results = warmup
     before, after = results["before"], results["after"]

@@ -187,13 +187,20 @@ def report_for(
 
 
 def load_report(path: str | Path) -> EvalReport:
-    """An eval folder's ``eval.json`` (or the file itself); a ValueError says what is wrong."""
+    """An eval folder's report: its ``eval.json`` (or that file itself), or, for an eval made
+    over MCP (``collect_episodes`` with ``eval``: no ``eval.json``), the folder summarised with
+    the default scoring (pass@1 at reward >= 1.0). A ValueError says what is wrong."""
     p = Path(path)
     file = p / EVAL_FILE if p.is_dir() else p
     try:
         return EvalReport.model_validate_json(file.read_bytes())
     except FileNotFoundError:
-        raise ValueError(f"{p}: no {EVAL_FILE} (run `rollwire eval --out {p}` first)") from None
+        if p.is_dir() and read_manifest(p) is not None:
+            return report_for(p)
+        raise ValueError(
+            f"{p}: neither an eval nor a collection (no {EVAL_FILE}; run `rollwire eval --out "
+            f"{p}` first)"
+        ) from None
     except ValueError as exc:
         raise ValueError(f"{file}: not a rollwire eval report ({exc})") from None
 

@@ -480,6 +480,17 @@ COLLECT_MAX_TOKENS = option("--max-tokens", type=int, help="tokens per model cal
 COLLECT_TEMPERATURE = option("--temperature", type=float, help="sampling temperature")
 TIMEOUT_S = option("--timeout-s", type=float, help="wall clock per episode")
 NO_PROGRESS = option("--no-progress", action="store_true", help="no progress bar")
+#: how each episode of a collection (or an eval) runs: collect_cli's _run_settings reads them
+RUN_SETTINGS = (
+    TASK_SEED,
+    COLLECT_MAX_TURNS,
+    COLLECT_MAX_TOKENS,
+    COLLECT_TEMPERATURE,
+    TIMEOUT_S,
+    REWARD_KEY,
+    TASK_CONFIG,
+    ANSWER_MODE,
+)
 
 # --- eval -----------------------------------------------------------------------------------------
 
