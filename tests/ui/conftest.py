@@ -6,7 +6,9 @@ with the rollouts the UI tests look at already run through its MCP endpoint:
 * ``token_in``: engine B takes token prompts: one spliced sequence, with top candidates kept;
 * ``failed``: an engine nobody answers at: ok false, no document;
 * a collection of six reasoning-gym episodes (two of them failed by engine B's 500s) under
-  ``--data-dir``.
+  ``--data-dir``;
+* and, for the tests that ask for them (``evals``), three ``rollwire eval`` folders under
+  ``--data-dir``'s ``evals/``.
 """
 
 from __future__ import annotations
@@ -181,3 +183,53 @@ def ui_server(tmp_path_factory) -> Iterator[UIServer]:
 
 def authed() -> httpx.Client:
     return httpx.Client(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+
+
+#: ``rollwire eval`` runs over the bundled Harbor tasks (no engine: the harness is the agent), two
+#: samples per problem, pass@1 and pass@2
+EVAL_RUNS = {
+    # count-errors, fix-median, inventory-steps, organize-files: every reward 0
+    "nop": ["--tasks", "[cfio]*", "--harness", "nop"],
+    # the same four problems solved: every reward 1
+    "oracle": ["--tasks", "[cfio]*", "--harness", "oracle"],
+    # sales-report too, scored by a reward only it has: one problem passes, the four others'
+    # eight samples are failed attempts by one cause; other tasks than nop's, so no pairing
+    "mixed": ["--tasks", "[cfios]*", "--harness", "oracle", "--reward-key", "correct"],
+}
+
+
+@pytest.fixture(scope="package")
+def evals(ui_server, tmp_path_factory) -> dict[str, str]:
+    """The :data:`EVAL_RUNS` as eval folders ``evals/<name>`` in the server's data directory
+    (made by ``rollwire eval`` itself, side by side, ~3 s); their names as the UI shows them."""
+    tmp = tmp_path_factory.mktemp("evals")
+    procs = {
+        name: subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "rollwire",
+                "eval",
+                "--dataset",
+                "examples/tasks",  # relative to cwd: the family is harbor:examples/tasks
+                *args,
+                "--samples",
+                "2",
+                "--k",
+                "1,2",
+                "--out",
+                str(ui_server.data_dir / "evals" / name),
+                "--no-progress",
+            ],
+            cwd=ROOT,
+            env={**os.environ, "ROLLWIRE_TRIALS_DIR": str(tmp / name)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name, args in EVAL_RUNS.items()
+    }
+    for name, proc in procs.items():
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, (name, out, err)
+    return {name: f"evals/{name}" for name in EVAL_RUNS}

@@ -249,3 +249,142 @@ def test_sessions_page_shows_a_live_capture_session_and_its_end(tab, ui_server):
     assert opened["session_id"] not in page.content()
     httpx.delete(f"{ui_server.root}/capture/sessions/{opened['session_id']}", headers=headers)
     page.wait_for_selector(row, state="detached", timeout=10_000)
+
+
+# --- evals (tests/ui/conftest.py ``evals``: nop, oracle and mixed under the data dir's evals/) ---
+
+FAMILY = "harbor:examples/tasks"
+
+
+def cells(row: Any) -> dict[str, str]:
+    """A table row's cells by their data-field, as the user reads them."""
+    return row.locator("td[data-field]").evaluate_all(
+        "tds => Object.fromEntries(tds.map(td => [td.dataset.field, td.innerText.trim()]))"
+    )
+
+
+def test_collections_page_marks_each_eval_and_links_its_eval_page(tab, evals):
+    tab.goto("/ui/collections")
+    page = tab.page
+    page.wait_for_selector(f"tr[data-collection='{evals['nop']}']")
+    for name in evals.values():
+        assert page.locator(f"tr[data-collection='{name}'] a[data-testid=eval-link]").count() == 1
+    assert page.locator("tr[data-collection='gsm-like'] a[data-testid=eval-link]").count() == 0
+    page.locator(f"tr[data-collection='{evals['oracle']}'] a[data-testid=eval-link]").click()
+    page.wait_for_selector("table[data-testid=eval-families] tr[data-family=overall]")
+    assert page.url.endswith(f"/ui/evals/{evals['oracle']}")
+    tab.goto(f"/ui/collections/{evals['nop']}")  # the collection page of an eval links it too
+    expect(page.locator("a[data-testid=eval-link]")).to_be_visible(timeout=10_000)
+    tab.goto("/ui/collections/gsm-like")
+    page.wait_for_selector("[data-testid=reward-histogram] [data-bin]")
+    assert page.locator("a[data-testid=eval-link]").is_hidden()
+
+
+def test_eval_page_shows_its_run_and_each_familys_mean_reward_and_pass_at_k(tab, evals):
+    for name, value in (("nop", "0.000"), ("oracle", "1.000")):
+        tab.goto(f"/ui/evals/{evals[name]}")
+        page = tab.page
+        page.wait_for_selector("table[data-testid=eval-families] tr[data-family=overall]")
+        header = page.locator("[data-testid=eval-header]")
+        assert header.locator("[data-field=complete]").inner_text().strip() == "complete"
+        command = header.locator("[data-field=command]").inner_text()
+        assert f"--harness {name}" in command and "--tasks '[cfio]*'" in command
+        assert header.locator("[data-field=rollwire_version]").inner_text().strip() not in ("", "—")
+        assert header.locator("[data-field=engine_tier]").inner_text().strip() == "—"  # no engine
+        for fam in (FAMILY, "overall"):
+            row = cells(page.locator(f"table[data-testid=eval-families] tr[data-family='{fam}']"))
+            assert (row["problems"], row["samples"], row["failed"]) == ("4", "8", "0")
+            assert row["reward"] == row["pass@1"] == row["pass@2"] == f"{value} ± 0.000"
+        assert page.locator("[data-testid=eval-no-causes]").is_visible()
+    tab.shot("eval")
+
+
+def test_eval_page_draws_pass_at_k_against_k_with_standard_error_bars(tab, evals):
+    tab.goto(f"/ui/evals/{evals['mixed']}")
+    page = tab.page
+    chart = page.locator("svg[data-testid=passk-chart]")
+    chart.locator("[data-testid=passk-point]").first.wait_for()
+    series = chart.locator("g[data-series]")
+    assert series.evaluate_all("gs => gs.map(g => g.dataset.series)") == [FAMILY, "overall"]
+    points = chart.locator("[data-testid=passk-point]").evaluate_all(
+        "ps => ps.map(p => [p.closest('g[data-series]').dataset.series, +p.dataset.k,"
+        " +p.dataset.estimate, +p.dataset.se, p.querySelectorAll('circle').length])"
+    )
+    assert sorted(tuple(p) for p in points) == sorted(
+        (fam, k, pytest.approx(0.2), pytest.approx(0.2), 1)
+        for fam in (FAMILY, "overall")
+        for k in (1, 2)
+    )
+    bars = chart.locator("[data-testid=passk-errbar]")
+    assert bars.count() == 4
+    for i in range(4):
+        bar = bars.nth(i)
+        assert float(bar.get_attribute("data-lo")) == pytest.approx(0.0, abs=1e-12)
+        assert float(bar.get_attribute("data-hi")) == pytest.approx(0.4)
+        y1, y2 = float(bar.get_attribute("y1")), float(bar.get_attribute("y2"))
+        assert y1 - y2 > 20  # drawn: 0.4 of the axis tall, upwards
+    ticks = chart.locator("text[data-k]").evaluate_all("ts => ts.map(t => t.textContent)")
+    assert ticks == ["1", "2"]
+    causes = page.locator("table[data-testid=eval-causes] tr[data-cause]")
+    assert causes.count() == 1 and "reward_key 'correct'" in causes.inner_text()
+    assert cells(causes)["count"] == "8"
+    row = cells(page.locator("table[data-testid=eval-families] tr[data-family=overall]"))
+    assert row["failed"] == "8" and row["pass@1"] == "0.200 ± 0.200"
+    tab.shot("eval-mixed")
+
+
+def test_eval_page_compares_with_another_run_each_difference_with_its_interval(tab, evals):
+    tab.goto(f"/ui/evals/{evals['nop']}")
+    page = tab.page
+    select = page.locator("select[data-testid=compare-select]")
+    expect(select.locator(f"option[value='{evals['oracle']}']")).to_have_count(1, timeout=10_000)
+    options = select.locator("option").evaluate_all("os => os.map(o => o.value)")
+    assert options == ["", evals["mixed"], evals["oracle"]]  # the other evals, not itself
+    select.select_option(evals["oracle"])
+    table = page.locator("table[data-testid=compare-table]")
+    table.wait_for()
+    for fam in (FAMILY, "overall"):
+        for metric in ("reward_mean", "pass@1", "pass@2"):
+            row = cells(table.locator(f"tr[data-family='{fam}'][data-metric='{metric}']"))
+            assert (row["a"], row["b"], row["diff"]) == ("0.000", "1.000", "+1.000")
+            assert row["ci"] == "[+1.000, +1.000]" and row["p"] == "0.1250"
+    wins = cells(page.locator("table[data-testid=compare-wins] tr[data-family=overall]"))
+    assert (wins["wins"], wins["losses"], wins["ties"]) == ("4", "0", "0")
+    assert "4 problems" in page.locator("[data-testid=compare-note]").inner_text()
+    chart = page.locator("svg[data-testid=compare-chart]")
+    zero = float(chart.locator("[data-testid=compare-zero]").get_attribute("x1"))
+    points = chart.locator("[data-testid=compare-point]")
+    assert points.count() == 6
+    for i in range(6):
+        point = points.nth(i)
+        assert float(point.get_attribute("data-diff")) == 1.0
+        assert float(point.locator("circle").get_attribute("cx")) > zero  # B is better
+        interval = point.locator("line.ci")
+        assert interval.get_attribute("x1") == interval.get_attribute("x2")  # [1, 1]: no width
+    assert page.url.endswith(f"/ui/evals/{evals['nop']}?compare=evals%2Foracle")
+    tab.shot("eval-compare")
+    page.reload()  # the comparison is in the URL: a link to it opens it
+    table.locator("tr[data-family=overall][data-metric='pass@2']").wait_for()
+
+
+def test_a_pair_of_evals_that_do_not_pair_shows_the_refusal_not_a_crash(tab, evals):
+    tab.goto(f"/ui/evals/{evals['nop']}")
+    page = tab.page
+    select = page.locator("select[data-testid=compare-select]")
+    expect(select.locator(f"option[value='{evals['mixed']}']")).to_have_count(1, timeout=10_000)
+    select.select_option(evals["mixed"])
+    refusal = page.locator("[data-testid=compare-error]")
+    expect(refusal).to_be_visible(timeout=10_000)
+    text = refusal.inner_text()
+    assert "do not pair" in text and "different tasks" in text and "sales-report" in text
+    assert page.locator("table[data-testid=compare-table]").count() == 0
+    # the page goes on: its own numbers stay, and a pair that pairs still compares
+    assert page.locator("table[data-testid=eval-families] tr[data-family=overall]").count() == 1
+    select.select_option(evals["oracle"])
+    page.locator("table[data-testid=compare-table] tr[data-family=overall]").first.wait_for()
+    expect(refusal).to_be_hidden()
+    tab.shot("eval-compare-refused")
+    # the refusal was the server's 409 (and the browser's console line about it): nothing else
+    refused = [e for e in tab.errors if "409" in e]
+    assert refused and all("compare" in e or "Failed to load resource" in e for e in refused)
+    tab.errors[:] = [e for e in tab.errors if e not in refused]

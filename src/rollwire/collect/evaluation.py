@@ -27,9 +27,12 @@ from rollwire.collect.collection import (
     collect,
 )
 from rollwire.datasets.evals import (
+    Comparison,
     EvalMetrics,
+    EvalMismatch,
     ProblemScore,
     Scoring,
+    compare,
     parse_ks,
     read_attempts,
     summarise,
@@ -205,6 +208,19 @@ def load_report(path: str | Path) -> EvalReport:
         raise ValueError(f"{file}: not a rollwire eval report ({exc})") from None
 
 
+def compare_reports(a: EvalReport, b: EvalReport, names: tuple[str, str]) -> Comparison:
+    """B against A (``rollwire eval --compare``), at the ks both report. Raises
+    :class:`EvalMismatch` when they do not pair (other tasks, problems, samples per problem or
+    pass threshold)."""
+    if a.metrics.pass_threshold != b.metrics.pass_threshold:
+        raise EvalMismatch(
+            f"the evals pass at different thresholds: {a.metrics.pass_threshold} in A, "
+            f"{b.metrics.pass_threshold} in B"
+        )
+    ks = sorted(set(a.metrics.ks) & set(b.metrics.ks)) or [1]
+    return compare(a.problems, b.problems, ks=ks, names=names)
+
+
 async def run_eval(
     config: CollectConfig,
     out_dir: str | Path,
@@ -239,6 +255,7 @@ async def run_eval(
 __all__ = [
     "EVAL_FILE",
     "EvalReport",
+    "compare_reports",
     "declared_reward_keys",
     "eval_config",
     "load_report",

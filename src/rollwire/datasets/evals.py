@@ -344,6 +344,7 @@ class FamilyComparison(BaseModel):
 class Comparison(BaseModel):
     a: str
     b: str
+    ks: list[int] = Field(description="the pass@k compared")
     confidence: float = CONFIDENCE
     resamples: int
     seed: int
@@ -494,6 +495,7 @@ def compare(
     return Comparison(
         a=names[0],
         b=names[1],
+        ks=ks,
         resamples=resamples,
         seed=seed,
         overall=overall,

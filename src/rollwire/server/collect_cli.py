@@ -253,19 +253,12 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from rollwire.collect.evaluation import load_report
-    from rollwire.datasets.evals import EvalMismatch, compare
+    from rollwire.collect.evaluation import compare_reports, load_report
+    from rollwire.datasets.evals import EvalMismatch
 
     a_dir, b_dir = args.compare
     try:
-        a, b = load_report(a_dir), load_report(b_dir)
-        if a.metrics.pass_threshold != b.metrics.pass_threshold:
-            raise EvalMismatch(
-                f"the evals pass at different thresholds: {a.metrics.pass_threshold} in A, "
-                f"{b.metrics.pass_threshold} in B"
-            )
-        ks = sorted(set(a.metrics.ks) & set(b.metrics.ks)) or [1]
-        result = compare(a.problems, b.problems, ks=ks, names=(a_dir, b_dir))
+        result = compare_reports(load_report(a_dir), load_report(b_dir), (a_dir, b_dir))
     except (EvalMismatch, ValueError) as exc:
         _say(f"rollwire eval --compare: {exc}")
         return 2

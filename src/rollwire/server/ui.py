@@ -1,5 +1,6 @@
 """The read-only web UI at ``/ui``: rollouts (live), one rollout's graph, turns and token strip,
-collections under ``--data-dir``, and the capture sessions of the server's proxies.
+collections under ``--data-dir`` (an eval's report, and two evals compared), and the capture
+sessions of the server's proxies.
 
 The front end is three static files (``ui_static/``: no build, no CDN, no external font); this
 module serves them and the JSON they read (``/ui/api/...``). Every view is computed from what the
@@ -36,7 +37,14 @@ from rollwire import bounds
 from rollwire.capture.export import RolloutDocument, TrainingSequence, TurnRecord
 from rollwire.capture.findings import Finding
 from rollwire.capture.upstream import UpstreamError
-from rollwire.datasets.store import EPISODES_FILE, FAILURES_FILE, read_manifest
+from rollwire.collect.evaluation import EVAL_FILE, EvalReport, compare_reports, load_report
+from rollwire.datasets.store import (
+    EPISODES_FILE,
+    FAILURES_FILE,
+    CollectionError,
+    Manifest,
+    read_manifest,
+)
 from rollwire.roots import OutsideRoots
 
 if TYPE_CHECKING:
@@ -266,6 +274,7 @@ def collection_view(name: str, path: Path) -> dict[str, Any] | None:
     counts = manifest.counts
     return {
         "name": name,
+        "eval": is_eval(path, manifest),
         "manifest": manifest.model_dump(mode="json", by_alias=True),
         "progress": {
             "done": counts.collected + counts.filtered + counts.failed,
@@ -312,6 +321,7 @@ def collection_row(name: str, path: Path) -> dict[str, Any] | None:
     c = manifest.counts
     return {
         "name": name,
+        "eval": is_eval(path, manifest),
         "model": manifest.model,
         "engine_tier": manifest.engine_tier,
         "episodes": manifest.planned,
@@ -321,6 +331,67 @@ def collection_row(name: str, path: Path) -> dict[str, Any] | None:
         "failed": c.failed,
         "reward_mean": manifest.reward.mean,
         "updated_at": manifest.updated_at,
+    }
+
+
+# --- evals -----------------------------------------------------------------------------------
+
+
+class NotAnEval(LookupError):
+    """A folder that is no eval: no ``eval.json``, and not a collection made as an eval."""
+
+
+class UnreadableEval(Exception):
+    """An eval whose report cannot be read (a damaged ``eval.json`` or collection file)."""
+
+
+def is_eval(path: Path, manifest: Manifest | None) -> bool:
+    """An eval folder: ``rollwire eval`` wrote its ``eval.json``, or it is a collection made as
+    an eval (``collect_episodes`` with ``eval``, or a ``rollwire eval`` still running)."""
+    if (path / EVAL_FILE).is_file():
+        return True
+    return manifest is not None and manifest.config.get("purpose") == "eval"
+
+
+def read_eval(name: str, path: Path) -> tuple[EvalReport, str]:
+    """An eval folder's report (``load_report``: its ``eval.json``, else the folder summarised
+    at pass@1) and where it came from (``eval.json`` or ``folder``). Raises
+    :class:`NotAnEval` or :class:`UnreadableEval`, each naming the folder."""
+    try:
+        manifest = read_manifest(path)
+        if not is_eval(path, manifest):
+            raise NotAnEval(
+                f"{name!r} holds no eval (no {EVAL_FILE}, and no collection made as an eval)"
+            )
+        source = EVAL_FILE if (path / EVAL_FILE).is_file() else "folder"
+        return load_report(path), source
+    except (CollectionError, ValueError) as exc:
+        raise UnreadableEval(f"{name!r}: {exc}") from None
+
+
+def eval_view(name: str, path: Path) -> dict[str, Any]:
+    """One eval as its page shows it: the report without its per-problem scores (a
+    comparison reads those on the server), and how many problems it holds (blocking)."""
+    report, source = read_eval(name, path)
+    return {
+        "name": name,
+        "source": source,
+        "report": report.model_dump(mode="json", by_alias=True, exclude={"problems"}),
+        "problem_count": len(report.problems),
+    }
+
+
+def comparison_view(a: tuple[str, Path], b: tuple[str, Path]) -> dict[str, Any]:
+    """B against A, paired by problem, at the ks both report (as ``rollwire eval --compare``;
+    blocking). Raises :class:`NotAnEval` or :class:`UnreadableEval` for a folder, and
+    :class:`EvalMismatch` (a ValueError) when the two do not pair."""
+    report_a, _ = read_eval(*a)
+    report_b, _ = read_eval(*b)
+    result = compare_reports(report_a, report_b, (a[0], b[0]))
+    return {
+        **result.model_dump(mode="json"),
+        "pass_threshold": report_a.metrics.pass_threshold,
+        "models": {"a": report_a.model, "b": report_b.model},
     }
 
 
@@ -393,6 +464,8 @@ class UI:
                 Route("/api/rollouts/{rollout_id}/pieces", self.token_pieces, methods=["POST"]),
                 Route("/api/collections", self.collections),
                 Route("/api/collections/{name:path}", self.collection),
+                Route("/api/evals/{name:path}", self.eval),
+                Route("/api/compare", self.compare_evals),
                 Route("/api/sessions", self.sessions),
                 Route("/api/{rest:path}", self.no_api),
                 Route("/static/{name}", self.static),
@@ -667,6 +740,45 @@ class UI:
         if view is None:
             return _error(404, f"{name!r} holds no collection (no manifest.json)")
         view["data_dir"] = str(self.state.data_dir.resolve())
+        return _json(view)
+
+    # -- evals --
+
+    async def eval(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        try:
+            path = self.state.roots.collection("name", name)
+        except OutsideRoots as exc:
+            return _error(400, str(exc))
+        try:
+            view = await anyio.to_thread.run_sync(eval_view, name, path)
+        except NotAnEval as exc:
+            return _error(404, str(exc))
+        except UnreadableEval as exc:
+            return _error(422, str(exc))
+        view["data_dir"] = str(self.state.data_dir.resolve())
+        return _json(view)
+
+    async def compare_evals(self, request: Request) -> Response:
+        """``?a=NAME&b=NAME``: B minus A. Two evals that do not pair are a 409 saying what
+        differs (other tasks, problems, samples per problem or pass threshold)."""
+        runs: list[tuple[str, Path]] = []
+        for field in ("a", "b"):
+            name = request.query_params.get(field) or ""
+            if not name:
+                return _error(400, f"{field}: name an eval folder (?a=NAME&b=NAME)")
+            try:
+                runs.append((name, self.state.roots.collection(field, name)))
+            except OutsideRoots as exc:
+                return _error(400, str(exc))
+        try:
+            view = await anyio.to_thread.run_sync(comparison_view, runs[0], runs[1])
+        except NotAnEval as exc:
+            return _error(404, str(exc))
+        except UnreadableEval as exc:
+            return _error(422, str(exc))
+        except ValueError as exc:  # EvalMismatch, or a k above some problem's samples
+            return _error(409, f"these evals do not pair: {exc}")
         return _json(view)
 
     # -- capture sessions --

@@ -1,7 +1,8 @@
 /* rollwire web UI: a read-only, build-free single-page app (vanilla ES2020, no dependencies).
  *
  * Routes (location.pathname, History API): /ui, /ui/rollouts, /ui/rollouts/<id>,
- * /ui/collections, /ui/collections/<name>, /ui/sessions. Data comes from /ui/api/* (same origin,
+ * /ui/collections, /ui/collections/<name>, /ui/evals/<name>[?compare=<name>], /ui/sessions.
+ * Data comes from /ui/api/* (same origin,
  * cookie auth). All text from the API is inserted with textContent / createElement, never as HTML.
  * Large rollouts stay fast: the graph is plain SVG built once, turn rows fill in lazily as they
  * scroll into view, and the token strip renders only the rows near its viewport.
@@ -381,6 +382,8 @@
     if (p === '/ui/collections') return [pageCollections, null, 'collections'];
     m = p.match(/^\/ui\/collections\/(.+)$/);
     if (m) return [pageCollection, m[1].split('/').map(safeDecode).join('/'), 'collections'];
+    m = p.match(/^\/ui\/evals\/(.+)$/);
+    if (m) return [pageEval, m[1].split('/').map(safeDecode).join('/'), 'collections'];
     if (p === '/ui/sessions') return [pageSessions, null, 'sessions'];
     return [pageNotFound, pathname, null];
   }
@@ -1658,7 +1661,9 @@
         return { tr, cells };
       }, (rec, c) => {
         const x = rec.cells;
-        x.name.replaceChildren(h('a', { class: 'mono', href: '/ui/collections/' + encPath(c.name) }, String(c.name)));
+        x.name.replaceChildren(h('a', { class: 'mono', href: '/ui/collections/' + encPath(c.name) }, String(c.name)),
+          c.eval ? h('a', { class: 'badge k-eval', 'data-testid': 'eval-link', href: '/ui/evals/' + encPath(c.name), title: 'the eval: per family, pass@k, comparison' }, 'eval') : null);
+        rec.tr.classList.toggle('is-eval', !!c.eval);
         x.model.textContent = show(c.model);
         x.engine_tier.textContent = show(c.engine_tier);
         x.progress.replaceChildren(h('span', { class: 'phase' }, progressBar(c.done, c.episodes), h('span', { class: 'phase-text' }, `${show(c.done)}/${show(c.episodes)}`)));
@@ -1690,9 +1695,10 @@
     const failCount = h('span', { 'data-testid': 'failure-count', class: 'mono' });
     const failNote = h('span', { class: 'muted small' });
     const dir = h('span', { class: 'muted small mono' });
+    const evalLink = h('a', { class: 'btn', 'data-testid': 'eval-link', href: '/ui/evals/' + encPath(name), hidden: true }, 'eval report');
 
     page.root.append(
-      h('div', { class: 'toolbar' }, h('h1', { class: 'mono' }, name), dir),
+      h('div', { class: 'toolbar' }, h('h1', { class: 'mono' }, name), evalLink, dir),
       h('div', { class: 'twocol even' },
         h('section', { class: 'panel' }, h('div', { class: 'panel-head' }, h('h2', null, 'Progress')), progress,
           h('div', { class: 'panel-head' }, h('h2', null, 'Reward histogram')), hist, histNone),
@@ -1720,6 +1726,7 @@
       if (!page.alive) return;
       page.clearError('collection');
       dir.textContent = d.data_dir ? 'data dir ' + d.data_dir : '';
+      evalLink.hidden = !d.eval;
       const pr = d.progress || {};
       progText.textContent = `${show(pr.done)} / ${show(pr.total)} episodes` + (pr.total ? ` (${Math.round((100 * (Number(pr.done) || 0)) / Number(pr.total))}%)` : '');
       progBar.firstChild.style.width = (pr.total ? Math.min(100, (100 * (Number(pr.done) || 0)) / Number(pr.total)) : 0).toFixed(1) + '%';
@@ -1784,6 +1791,351 @@
     }));
     if (!bins.length) el.append(h('div', { class: 'empty' }, 'No rewards yet.'));
     noneEl.textContent = `no reward (verifier never ran): ${show(rh.none)}`;
+  }
+
+  // ---------------------------------------------------------------- evals
+
+  /** x.xxx, as `rollwire eval` prints it; an em dash for null. */
+  const f3 = (v) => (typeof v === 'number' && isFinite(v) ? v.toFixed(3) : DASH);
+  /** estimate ± standard error (no "±" when there is no standard error: one problem). */
+  const pm = (v, se) => (typeof v !== 'number' ? DASH : f3(v) + (typeof se === 'number' ? ' \u00b1 ' + f3(se) : ''));
+  /** a difference with its sign: +1.000, -0.250 (-0 keeps its sign, as Python's "+.3f"). */
+  const signed = (v) => (typeof v !== 'number' || !isFinite(v) ? DASH : ((v < 0 || Object.is(v, -0)) ? '-' : '+') + Math.abs(v).toFixed(3));
+  const SERIES = 8;
+
+  /** A command line as a shell would take it back (single quotes where needed). */
+  function shellLine(argv) {
+    return (argv || []).map((a) => {
+      const t = String(a);
+      return /^[\w@%+=:,./-]+$/.test(t) ? t : "'" + t.replace(/'/g, "'\\''") + "'";
+    }).join(' ');
+  }
+
+  function pageEval(page, name) {
+    document.title = name + ' \u00b7 eval \u00b7 rollwire';
+    const wanted = new URLSearchParams(location.search).get('compare') || '';
+    const dir = h('span', { class: 'muted small mono' });
+    const header = h('section', { class: 'rheader', 'data-testid': 'eval-header' }, h('h1', { class: 'mono' }, name));
+    const famHost = h('div', { class: 'tablewrap inner' });
+    const note = h('span', { class: 'muted small', 'data-testid': 'eval-note' });
+    const chartHost = h('div', { class: 'charthost' });
+    const legendHost = h('div', { class: 'legend' });
+    const causesHost = h('div');
+    const causesCount = h('span', { class: 'muted', 'data-testid': 'eval-failed-count' });
+    const cmp = compareBox(page, name, wanted);
+
+    page.root.append(
+      h('div', { class: 'crumbs' }, h('a', { href: '/ui/collections' }, 'Collections'), h('span', { class: 'sep' }, '/'),
+        h('a', { class: 'mono', href: '/ui/collections/' + encPath(name) }, name), h('span', { class: 'sep' }, '/'), h('span', null, 'eval'), dir),
+      header,
+      h('section', { class: 'panel' }, h('div', { class: 'panel-head' }, h('h2', null, 'Per task family'), note), famHost),
+      h('div', { class: 'twocol even' },
+        h('section', { class: 'panel' }, h('div', { class: 'panel-head' }, h('h2', null, 'pass@k against k'),
+          h('span', { class: 'muted small' }, 'mean over problems; bars \u00b11 standard error')), chartHost, legendHost),
+        h('section', { class: 'panel' }, h('div', { class: 'panel-head' }, h('h2', null, 'Failed attempts by cause'), causesCount), causesHost)),
+      cmp.el);
+
+    let sig = null;
+    page.poll(async (p) => {
+      let d;
+      try {
+        d = await page.get('/evals/' + encPath(name));
+      } catch (e) {
+        page.error('eval', e);
+        if (e.status >= 400 && e.status < 500) p.stop();
+        return;
+      }
+      if (!page.alive) return;
+      page.clearError('eval');
+      dir.textContent = d.data_dir ? ' \u00b7 data dir ' + d.data_dir : '';
+      const r = d.report || {};
+      // an eval still running (no eval.json yet) is summarised from its folder: follow it to the end
+      if (r.complete || d.source === 'eval.json') p.stop();
+      const s = json(d);
+      if (s === sig) return;
+      sig = s;
+      const m = r.metrics || {};
+      renderEvalHeader(header, name, d);
+      const fams = [...(Array.isArray(m.families) ? m.families : []), ...(m.overall ? [m.overall] : [])];
+      const ks = Array.isArray(m.ks) ? m.ks : [];
+      famHost.replaceChildren(familyTable(fams, ks));
+      note.textContent = `\u00b1 is the standard error over problems; a sample passes at reward \u2265 ${show(m.pass_threshold)}; a failed or never-scored sample scores ${show(m.failed_reward)}`;
+      const chart = passkChart(fams, ks);
+      chartHost.replaceChildren(chart.svg);
+      legendHost.replaceChildren(...chart.legend);
+      const causes = m.causes && typeof m.causes === 'object' ? Object.entries(m.causes) : [];
+      causesCount.textContent = `${show(m.overall ? m.overall.failed : null)} failed of ${show(m.overall ? m.overall.samples : null)} samples`;
+      if (!causes.length) {
+        causesHost.replaceChildren(h('div', { class: 'empty', 'data-testid': 'eval-no-causes' }, 'No failed attempts.'));
+      } else {
+        const t = table('eval-causes', [['count', 'attempts', 'num'], ['cause', 'cause']]);
+        for (const [cause, n] of causes) {
+          t.tbody.append(h('tr', { 'data-cause': cause }, h('td', { class: 'num', 'data-field': 'count' }, show(n)), h('td', { class: 'errcell', 'data-field': 'cause' }, cause)));
+        }
+        causesHost.replaceChildren(h('div', { class: 'tablewrap inner' }, t.table));
+      }
+    }, 3000);
+    cmp.start();
+  }
+
+  function renderEvalHeader(el, name, d) {
+    const r = d.report || {};
+    const m = r.metrics || {};
+    const o = m.overall || {};
+    const complete = !!r.complete;
+    const title = h('div', { class: 'rtitle' },
+      h('h1', { class: 'mono' }, name),
+      h('span', { 'data-field': 'complete' }, complete ? badge('complete', 'st-done') : badge('incomplete', 'st-failed')),
+      h('span', { class: 'muted small', 'data-field': 'source' }, d.source === 'eval.json' ? 'eval.json' : 'no eval.json: summarised from the folder (pass@1)'),
+      h('span', { class: 'spacer' }),
+      h('a', { class: 'btn', href: '/ui/collections/' + encPath(name) }, 'collection files'));
+    const grid = h('div', { class: 'kvgrid' },
+      kv('model', show(r.model), 'model', 'strong'),
+      kv('engine tier', show(r.engine_tier), 'engine_tier'),
+      kv('problems', show(o.problems), 'problems'),
+      kv('samples', show(o.samples), 'samples'),
+      kv('per problem', show(r.samples), 'samples_per_problem'),
+      kv('tasks', show(Array.isArray(r.tasks) ? r.tasks.length : null), 'tasks'),
+      kv('seed', show(r.seed), 'seed'),
+      kv('missing', `${show(r.missing)} of ${show(r.planned)}`, 'missing', r.missing ? 'bad' : ''),
+      r.halted ? kv('halted', String(r.halted), 'halted', 'bad') : null,
+      kv('rollwire', show(r.rollwire_version), 'rollwire_version'),
+      kv('created', show(r.created_at), 'created_at'));
+    const kids = [title, grid];
+    if (Array.isArray(r.command) && r.command.length) {
+      kids.push(h('div', { class: 'cmdline' }, h('span', { class: 'k' }, 'command'), h('pre', { 'data-field': 'command' }, shellLine(r.command))));
+    }
+    if (Array.isArray(r.engines) && r.engines.length) kids.push(chipRow('engines', r.engines.map((u, i) => [String(i + 1), u]), 'engines'));
+    el.replaceChildren(...kids);
+  }
+
+  function familyTable(fams, ks) {
+    const cols = [['family', 'family'], ['problems', 'problems', 'num'], ['samples', 'samples', 'num'], ['passed', 'passed', 'num'],
+      ['failed', 'failed', 'num'], ['reward', 'mean reward', 'num'], ...ks.map((k) => [`pass@${k}`, `pass@${k}`, 'num'])];
+    const t = table('eval-families', cols);
+    for (const f of fams) {
+      const byK = new Map((f.pass_at || []).map((p) => [p.k, p]));
+      const tr = h('tr', { 'data-family': String(f.family), class: f.family === 'overall' ? 'total' : null },
+        h('td', { 'data-field': 'family', class: 'mono' }, String(f.family)),
+        h('td', { 'data-field': 'problems', class: 'num' }, show(f.problems)),
+        h('td', { 'data-field': 'samples', class: 'num' }, show(f.samples)),
+        h('td', { 'data-field': 'passed', class: 'num' }, show(f.passed)),
+        h('td', { 'data-field': 'failed', class: 'num' + (f.failed ? ' bad' : '') }, show(f.failed)),
+        h('td', { 'data-field': 'reward', class: 'num mono' }, pm(f.reward_mean, f.reward_se)),
+        ks.map((k) => {
+          const p = byK.get(k);
+          return h('td', { 'data-field': `pass@${k}`, class: 'num mono', title: p ? `over ${p.problems} problems with at least ${k} samples` : null }, p ? pm(p.estimate, p.se) : DASH);
+        }));
+      t.tbody.append(tr);
+    }
+    return t.table;
+  }
+
+  /** pass@k against k (log scale when several k): a line per family and overall, each point
+   * with a bar of \u00b11 standard error (clipped to [0, 1] where drawn; the data attributes keep
+   * the numbers). Series side by side a few pixels apart so equal ones stay visible. */
+  function passkChart(fams, ks) {
+    const W = 560, H = 280, L = 56, R = 16, T = 12, B = 40, PAD = 26;
+    const x0 = L + PAD, x1 = W - R - PAD;
+    const lk = ks.map((k) => Math.log(k));
+    const lo = Math.min(...lk), hi = Math.max(...lk);
+    const xOf = (k) => (ks.length < 2 || hi === lo ? (x0 + x1) / 2 : x0 + ((Math.log(k) - lo) / (hi - lo)) * (x1 - x0));
+    const yOf = (v) => T + (1 - Math.max(0, Math.min(1, v))) * (H - T - B);
+    const root = svg('svg', { class: 'chart', 'data-testid': 'passk-chart', viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: 'img', 'aria-label': 'pass@k against k' });
+    const axes = svg('g', { class: 'axes' });
+    for (const v of [0, 0.25, 0.5, 0.75, 1]) {
+      axes.append(svg('line', { class: v === 0 ? 'axis' : 'grid', x1: L, x2: W - R, y1: yOf(v), y2: yOf(v) }),
+        svg('text', { class: 'tick', x: L - 6, y: yOf(v) + 3.5, 'text-anchor': 'end' }, v.toFixed(2)));
+    }
+    axes.append(svg('line', { class: 'axis', x1: L, x2: L, y1: T, y2: H - B }));
+    for (const k of ks) {
+      axes.append(svg('line', { class: 'axis', x1: xOf(k), x2: xOf(k), y1: H - B, y2: H - B + 4 }),
+        svg('text', { class: 'tick', x: xOf(k), y: H - B + 15, 'text-anchor': 'middle', 'data-k': k }, String(k)));
+    }
+    axes.append(svg('text', { class: 'atitle', x: (L + W - R) / 2, y: H - 6, 'text-anchor': 'middle' }, ks.length > 2 ? 'k (log scale)' : 'k'),
+      svg('text', { class: 'atitle', x: 11, y: (T + H - B) / 2, 'text-anchor': 'middle', transform: `rotate(-90 11 ${(T + H - B) / 2})` }, 'pass@k'));
+    root.append(axes);
+    const n = fams.length;
+    const step = n > 1 ? Math.min(7, 36 / (n - 1)) : 0;
+    const legend = [];
+    fams.forEach((f, i) => {
+      const overall = f.family === 'overall';
+      const cls = 'series ' + (overall ? 'overall' : 's' + (i % SERIES));
+      const dx = (i - (n - 1) / 2) * step;
+      const g = svg('g', { class: cls, 'data-series': String(f.family) });
+      const pts = [];
+      for (const p of f.pass_at || []) {
+        if (typeof p.estimate !== 'number' || !ks.includes(p.k)) continue;
+        const x = xOf(p.k) + dx;
+        const y = yOf(p.estimate);
+        pts.push([x, y]);
+        const pg = svg('g', {
+          class: 'pt', 'data-testid': 'passk-point', 'data-k': p.k, 'data-estimate': p.estimate,
+          'data-se': typeof p.se === 'number' ? p.se : '', 'data-problems': p.problems,
+        }, svg('title', null, `${f.family} pass@${p.k} = ${pm(p.estimate, p.se)} (${p.problems} problems)`));
+        if (typeof p.se === 'number') {
+          const ylo = yOf(p.estimate - p.se), yhi = yOf(p.estimate + p.se);
+          pg.append(
+            svg('line', { class: 'ebar', 'data-testid': 'passk-errbar', 'data-lo': p.estimate - p.se, 'data-hi': p.estimate + p.se, x1: x, x2: x, y1: ylo, y2: yhi }),
+            svg('line', { class: 'ecap', x1: x - 3.5, x2: x + 3.5, y1: ylo, y2: ylo }),
+            svg('line', { class: 'ecap', x1: x - 3.5, x2: x + 3.5, y1: yhi, y2: yhi }));
+        }
+        pg.append(svg('circle', { class: 'dot', cx: x, cy: y, r: overall ? 4 : 3.2 }));
+        g.append(pg);
+      }
+      if (pts.length > 1) g.prepend(svg('path', { class: 'sline', d: pts.map(([x, y], j) => `${j ? 'L' : 'M'}${x.toFixed(1)},${y.toFixed(1)}`).join(' ') }));
+      root.append(g);
+      legend.push(h('span', { class: 'lg', 'data-series': String(f.family) }, h('span', { class: 'sw ' + cls.replace('series ', 'c-') }), h('span', { class: 'mono' }, String(f.family))));
+    });
+    if (!ks.length || !n) root.append(svg('text', { class: 'tick', x: W / 2, y: H / 2, 'text-anchor': 'middle' }, 'no pass@k in this eval'));
+    return { svg: root, legend };
+  }
+
+  /** The comparison of this eval (A) with another (B) picked from the evals of the data dir. */
+  function compareBox(page, name, wanted) {
+    const sel = h('select', { 'data-testid': 'compare-select', 'aria-label': 'eval to compare with' },
+      h('option', { value: '' }, 'compare with\u2026'));
+    const status = h('span', { class: 'muted small', 'data-testid': 'compare-status' });
+    const errEl = h('div', { class: 'error', 'data-testid': 'compare-error', role: 'alert', hidden: true });
+    const body = h('div', { 'data-testid': 'compare-result' });
+    const el = h('section', { class: 'panel', 'data-testid': 'eval-compare' },
+      h('div', { class: 'panel-head' }, h('h2', null, 'Compare'), h('span', { class: 'mono' }, 'A = ' + name), h('span', null, 'B ='), sel, status),
+      errEl, body);
+    let seq = 0;
+
+    async function run(other) {
+      const mine = ++seq;
+      history.replaceState(null, '', '/ui/evals/' + encPath(name) + (other ? '?compare=' + enc(other) : ''));
+      errEl.hidden = true;
+      body.replaceChildren();
+      if (!other) {
+        status.textContent = '';
+        return;
+      }
+      status.textContent = 'comparing\u2026';
+      let c;
+      try {
+        c = await page.get(`/compare?a=${enc(name)}&b=${enc(other)}`);
+      } catch (e) {
+        if (mine !== seq || !page.alive || (e && e.name === 'AbortError')) return;
+        status.textContent = '';
+        errEl.textContent = e && e.message ? e.message : String(e);
+        errEl.hidden = false;
+        return;
+      }
+      if (mine !== seq || !page.alive) return;
+      status.textContent = '';
+      body.replaceChildren(...comparisonView(c));
+    }
+
+    page.on(sel, 'change', () => run(sel.value));
+    return {
+      el,
+      start: async () => {
+        let list;
+        try {
+          list = await page.get('/collections');
+        } catch (e) {
+          page.error('evals', e);
+          return;
+        }
+        if (!page.alive) return;
+        const names = (list.collections || []).filter((c) => c.eval && c.name !== name).map((c) => String(c.name));
+        if (wanted && !names.includes(wanted)) names.push(wanted);
+        append(sel, names.map((n) => h('option', { value: n }, n)));
+        if (!names.length) status.textContent = 'no other eval in this data directory';
+        if (wanted) {
+          sel.value = wanted;
+          run(wanted);
+        }
+      },
+    };
+  }
+
+  function comparisonView(c) {
+    const fams = [...(Array.isArray(c.families) ? c.families : []), ...(c.overall ? [c.overall] : [])];
+    const conf = typeof c.confidence === 'number' ? Math.round(c.confidence * 100) + '%' : '95%';
+    const o = c.overall || {};
+    const note = h('p', { class: 'small', 'data-testid': 'compare-note' },
+      h('span', { class: 'mono' }, `A: ${c.a}`), ' \u00b7 ', h('span', { class: 'mono' }, `B: ${c.b}`), h('br'),
+      `B \u2212 A, paired by problem: ${show(o.problems)} problems; ${conf} interval from a paired bootstrap over problems `
+      + `(${typeof c.resamples === 'number' ? c.resamples.toLocaleString('en-US') : DASH} resamples, seed ${show(c.seed)}); `
+      + `p from a paired permutation test (${show(o.permutation)})`);
+    const t = table('compare-table', [['family', 'family'], ['metric', 'metric'], ['a', 'A', 'num'], ['b', 'B', 'num'],
+      ['diff', 'B \u2212 A', 'num'], ['ci', conf + ' CI', 'num'], ['p', 'p', 'num']]);
+    const rows = [];
+    for (const f of fams) {
+      for (const d of f.differences || []) {
+        rows.push([f, d]);
+        const excl = d.ci_low > 0 || d.ci_high < 0;
+        t.tbody.append(h('tr', { 'data-family': String(f.family), 'data-metric': String(d.metric), class: f.family === 'overall' ? 'total' : null },
+          h('td', { 'data-field': 'family', class: 'mono' }, String(f.family)),
+          h('td', { 'data-field': 'metric', class: 'mono' }, String(d.metric)),
+          h('td', { 'data-field': 'a', class: 'num mono' }, f3(d.a)),
+          h('td', { 'data-field': 'b', class: 'num mono' }, f3(d.b)),
+          h('td', { 'data-field': 'diff', class: 'num mono' + (excl ? (d.diff > 0 ? ' up' : ' down') : '') }, signed(d.diff)),
+          h('td', { 'data-field': 'ci', class: 'num mono' }, `[${signed(d.ci_low)}, ${signed(d.ci_high)}]`),
+          h('td', { 'data-field': 'p', class: 'num mono' }, typeof d.p_value === 'number' ? d.p_value.toFixed(4) : DASH)));
+      }
+    }
+    const w = table('compare-wins', [['family', 'family'], ['wins', 'wins', 'num'], ['losses', 'losses', 'num'], ['ties', 'ties', 'num']]);
+    for (const f of fams) {
+      w.tbody.append(h('tr', { 'data-family': String(f.family), class: f.family === 'overall' ? 'total' : null },
+        h('td', { 'data-field': 'family', class: 'mono' }, String(f.family)),
+        h('td', { 'data-field': 'wins', class: 'num' }, show(f.wins)),
+        h('td', { 'data-field': 'losses', class: 'num' }, show(f.losses)),
+        h('td', { 'data-field': 'ties', class: 'num' }, show(f.ties))));
+    }
+    return [note,
+      h('div', { class: 'tablewrap inner' }, t.table),
+      h('div', { class: 'twocol cmp-charts' },
+        h('section', { class: 'panel' }, h('div', { class: 'panel-head' }, h('h2', null, 'Differences'), h('span', { class: 'muted small' }, `B \u2212 A with its ${conf} interval; the line is no difference`)), diffChart(rows)),
+        h('section', { class: 'panel' }, h('div', { class: 'panel-head' }, h('h2', null, 'Per problem, mean reward'), h('span', { class: 'muted small' }, 'B against A')), h('div', { class: 'tablewrap inner' }, w.table)))];
+  }
+
+  /** The smallest of 1, 2, 2.5, 5 times a power of ten at or above v (1 for nothing). */
+  function niceCeil(v) {
+    if (!(v > 0)) return 1;
+    const p = Math.pow(10, Math.floor(Math.log10(v)));
+    for (const f of [1, 2, 2.5, 5, 10]) if (f * p >= v * (1 - 1e-9)) return f * p;
+    return 10 * p;
+  }
+
+  /** Each difference as a point with its interval, against a line at zero (a symmetric axis). */
+  function diffChart(rows) {
+    const W = 640, LBL = 270, R = 28, PAD = 10, T = 8, RH = 20, B = 30;
+    const H = T + rows.length * RH + B;
+    let top = 0;
+    for (const [, d] of rows) for (const v of [d.diff, d.ci_low, d.ci_high]) if (typeof v === 'number' && isFinite(v)) top = Math.max(top, Math.abs(v));
+    const m = niceCeil(top);
+    const xOf = (v) => LBL + PAD + ((v + m) / (2 * m)) * (W - LBL - R - 2 * PAD);
+    const root = svg('svg', { class: 'chart', 'data-testid': 'compare-chart', viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: 'img', 'aria-label': 'differences B minus A' });
+    const yEnd = T + rows.length * RH;
+    for (const v of [-m, -m / 2, m / 2, m]) {
+      root.append(svg('line', { class: 'grid', x1: xOf(v), x2: xOf(v), y1: T, y2: yEnd }),
+        svg('text', { class: 'tick', x: xOf(v), y: yEnd + 14, 'text-anchor': 'middle' }, signed(v)));
+    }
+    root.append(svg('line', { class: 'zero', 'data-testid': 'compare-zero', x1: xOf(0), x2: xOf(0), y1: T - 4, y2: yEnd }),
+      svg('text', { class: 'tick', x: xOf(0), y: yEnd + 14, 'text-anchor': 'middle' }, '0'),
+      svg('line', { class: 'axis', x1: LBL, x2: W - R, y1: yEnd, y2: yEnd }));
+    rows.forEach(([f, d], i) => {
+      const y = T + i * RH + RH / 2;
+      const excl = d.ci_low > 0 || d.ci_high < 0;
+      const label = `${f.family} \u00b7 ${d.metric}`;
+      const g = svg('g', {
+        class: 'dpt' + (excl ? (d.diff > 0 ? ' up' : ' down') : '') + (f.family === 'overall' ? ' overall' : ''),
+        'data-testid': 'compare-point', 'data-family': String(f.family), 'data-metric': String(d.metric),
+        'data-diff': d.diff, 'data-ci-low': d.ci_low, 'data-ci-high': d.ci_high,
+      },
+      svg('title', null, `${label}: ${signed(d.diff)} [${signed(d.ci_low)}, ${signed(d.ci_high)}], p ${typeof d.p_value === 'number' ? d.p_value.toFixed(4) : DASH}`),
+      svg('text', { class: 'rlabel', x: LBL - 8, y: y + 3.5, 'text-anchor': 'end' }, label.length > 44 ? '\u2026' + label.slice(-43) : label),
+      svg('line', { class: 'ci', x1: xOf(d.ci_low), x2: xOf(d.ci_high), y1: y, y2: y }),
+      svg('line', { class: 'ecap', x1: xOf(d.ci_low), x2: xOf(d.ci_low), y1: y - 4, y2: y + 4 }),
+      svg('line', { class: 'ecap', x1: xOf(d.ci_high), x2: xOf(d.ci_high), y1: y - 4, y2: y + 4 }),
+      svg('circle', { class: 'dot', cx: xOf(d.diff), cy: y, r: 3.8 }));
+      root.append(g);
+    });
+    return root;
   }
 
   // ---------------------------------------------------------------- sessions
