@@ -112,6 +112,7 @@ async def evaluate(client: Client, args: argparse.Namespace) -> dict[str, Any]:
         call["limits"] = {"max_turns": args.max_turns}
     if args.out is None:  # the same eval resumes in its folder; another gets its own
         same = {k: v for k, v in call.items() if k not in ("out_dir", "concurrency", "k")}
+        same["server"] = args.server  # its default engine is part of what is evaluated
         digest = hashlib.sha256(json.dumps(same, sort_keys=True).encode()).hexdigest()
         call["out_dir"] = f"evals/{digest[:12]}"
 

@@ -28,7 +28,8 @@ TOKEN = "eval-token"
 
 @pytest.fixture(scope="module")
 def server(fake, tmp_path_factory) -> Iterator[ServeProcess]:
-    served = ServeProcess(tmp_path_factory.mktemp("serve"), fake[1], TOKEN)
+    tmp = tmp_path_factory.mktemp("serve")  # its data dir too: nothing lands in the clone
+    served = ServeProcess(tmp, fake[1], TOKEN, data_dir=tmp / "data")
     try:
         yield served
     finally:
