@@ -34,6 +34,8 @@ import numpy as np
 import orjson
 from pydantic import BaseModel, Field
 
+from rollwire.datasets.store import iter_committed_lines
+
 PASS_THRESHOLD = 1.0
 FAILED_REWARD = 0.0
 BOOTSTRAP_RESAMPLES = 10_000
@@ -106,21 +108,18 @@ def parse_ks(text: str | Iterable[int]) -> list[int]:
 
 
 def _records(path: Path) -> Iterable[dict[str, Any]]:
-    """The committed records of a JSONL file, read-only: a torn last line (no newline) is what
-    a crash leaves and is not a record; a bad line before the end is damage and raises."""
+    """The committed records of a JSONL file, read-only (a torn last line is what a crash
+    leaves and is not a record); a bad line before the end is damage and raises."""
     if not path.exists():
         return
-    with path.open("rb") as f:
-        for number, raw in enumerate(f, 1):
-            if not raw.endswith(b"\n"):
-                return
-            try:
-                obj = orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
-                raise ValueError(f"{path}, line {number}: not JSON ({exc})") from None
-            if not isinstance(obj, dict):
-                raise ValueError(f"{path}, line {number}: not a JSON object")
-            yield obj
+    for number, raw in iter_committed_lines(path):
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise ValueError(f"{path}, line {number}: not JSON ({exc})") from None
+        if not isinstance(obj, dict):
+            raise ValueError(f"{path}, line {number}: not a JSON object")
+        yield obj
 
 
 def _reward(value: Any) -> float | None:

@@ -29,7 +29,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from rollwire.datasets.records import SCHEMA, EpisodeRecord
-from rollwire.datasets.store import EPISODES_FILE, CorruptCollectionError
+from rollwire.datasets.store import EPISODES_FILE, CorruptCollectionError, iter_committed_lines
 from rollwire.writes import writing
 
 if TYPE_CHECKING:
@@ -143,15 +143,6 @@ def export_row(record: EpisodeRecord) -> dict[str, Any]:
             value = _json_text(value)
         row[name] = value
     return row
-
-
-def iter_committed_lines(path: Path) -> Iterator[tuple[int, bytes]]:
-    """(line number, line) for each committed line of a JSONL file; an unterminated last line
-    (a write in progress, or a crash's leftover) is not yielded."""
-    with path.open("rb") as f:
-        for number, raw in enumerate(f, start=1):
-            if raw.endswith(b"\n"):
-                yield number, raw
 
 
 def iter_episodes(collection_dir: str | os.PathLike[str]) -> Iterator[EpisodeRecord]:

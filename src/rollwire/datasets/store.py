@@ -35,7 +35,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -170,6 +170,15 @@ def read_manifest(out_dir: Path) -> Manifest | None:
         return Manifest.model_validate_json(data)
     except ValidationError as exc:
         raise CorruptCollectionError(path, None, f"not a rollwire manifest: {exc}") from None
+
+
+def iter_committed_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """(line number, line) for each committed line of a JSONL file; an unterminated last line
+    (a write in progress, or a crash's leftover) is not yielded."""
+    with path.open("rb") as f:
+        for number, raw in enumerate(f, start=1):
+            if raw.endswith(b"\n"):
+                yield number, raw
 
 
 def scan_jsonl(path: Path, visit: Callable[[dict[str, Any]], None]) -> Finding | None:
