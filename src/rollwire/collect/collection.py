@@ -376,8 +376,9 @@ async def collect(
 ) -> CollectResult:
     """Run (or resume) a collection into ``out_dir``.
 
-    The result's ``metrics`` are the whole folder's eval numbers once the run is over, scored
-    as ``scoring`` says (default: pass@1 at reward >= 1.0; ``rollwire.datasets.evals``).
+    ``scoring``: the result's ``metrics`` are the whole folder's eval numbers once the run is
+    over, scored as it says (``rollwire.datasets.evals``; it reads the folder once more); None:
+    no metrics (``rollwire eval`` summarises the folder itself, once).
 
     ``ray_address``: run the episodes on that Ray cluster's nodes (rollwire.collect.cluster);
     this process stays the only writer of the store.
@@ -429,8 +430,8 @@ async def collect(
                     ray_address, config, pool, concurrency=config.concurrency
                 ) as ray:
                     result = await _run(config, plans, store, ray, start, on_progress, model, tier)
-        metrics, _ = await anyio.to_thread.run_sync(summarise_dir, out, scoring)
-        result.metrics = metrics
+        if scoring is not None:
+            result.metrics, _ = await anyio.to_thread.run_sync(summarise_dir, out, scoring)
         return result
     finally:
         if own_pool:

@@ -231,19 +231,15 @@ async def run_eval(
     on_progress: OnProgress | None = None,
     ray_address: str | None = None,
 ) -> tuple[EvalReport, CollectResult]:
-    """Run (or resume) the eval's collection, then summarise the folder into ``eval.json``."""
+    """Run (or resume) the eval's collection, then summarise the folder (once) into
+    ``eval.json`` and the result's ``metrics``."""
     result = await collect(
-        config,
-        out_dir,
-        pool=pool,
-        on_progress=on_progress,
-        ray_address=ray_address,
-        scoring=scoring,
+        config, out_dir, pool=pool, on_progress=on_progress, ray_address=ray_address
     )
     report = await anyio.to_thread.run_sync(
         lambda: report_for(out_dir, scoring=scoring, command=command, result=result)
     )
-    report.problems_per_task = config.episodes // (config.group_size * len(config.tasks))
+    result.metrics = report.metrics
     await anyio.to_thread.run_sync(
         write_atomic,
         Path(out_dir) / EVAL_FILE,

@@ -137,12 +137,14 @@ def _cmd_collect(args: argparse.Namespace) -> int:
     re-running the same command resumes (what is written is skipped); -n may grow to extend a
     collection.
     """
-    from rollwire.collect.collection import CollectInputError
+    from rollwire.collect.collection import CollectInputError, collect
+    from rollwire.datasets.evals import Scoring
     from rollwire.datasets.store import CollectionError
 
     try:
         config = _config(args)
-        result = anyio.run(functools.partial(_collect, args, config))
+        run = functools.partial(collect, scoring=Scoring())  # --json carries the metrics
+        result = anyio.run(functools.partial(_collect, args, config, run))
     except WriteFailed as exc:  # a full or read-only disk: what was written is kept
         _say(f"rollwire collect: {exc}")
         return 1
