@@ -258,17 +258,17 @@ def scores(collection: Path, result: dict[str, Any]) -> dict[str, Any]:
 
 
 def compare_evals(data_dir: Path, before: str, after: str) -> tuple[dict[str, Any], str]:
-    """``rollwire eval --compare`` of two held-out evals (paired by seed): JSON and the table."""
+    """``rollwire eval --compare`` of two held-out evals (paired by seed): JSON and the table
+    the command prints."""
+    from rollwire.datasets.evals import Comparison
+    from rollwire.server.collect_cli import format_comparison
+
     a, b = str(data_dir / before), str(data_dir / after)
-    shown = subprocess.run(
-        rollwire_cmd("eval", "--compare", a, b), cwd=ROOT, capture_output=True, text=True,
-        env=_env(), check=True,
-    )  # fmt: skip
     data = subprocess.run(
         rollwire_cmd("eval", "--compare", a, b, "--json"), cwd=ROOT, capture_output=True,
         text=True, env=_env(), check=True,
     )  # fmt: skip
-    return json.loads(data.stdout), shown.stdout
+    return json.loads(data.stdout), format_comparison(Comparison.model_validate_json(data.stdout))
 
 
 def _count(values: Any) -> dict[str, int]:
