@@ -14,11 +14,12 @@ from typing import Any
 # telemetry is off (read at import): tests never reach the internet, subprocesses included.
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
+import anyio
+import anyio.from_thread
 import pytest
 
 from rollwire.engine.model import ReferenceModel
-from rollwire.engine.server import create_engine_app
-from tests.fakes.serve import serve_in_thread
+from rollwire.engine.process import EngineDied, EngineProcess, EngineSpec, running_engine
 
 SERVED = "SmolLM2-135M-Instruct"
 
@@ -36,23 +37,42 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+@contextlib.contextmanager
+def engine_in_child(spec: EngineSpec) -> Iterator[EngineProcess]:
+    """The reference engine in a child process, as the CLI runs it
+    (:func:`rollwire.engine.process.running_engine`): a native crash ends that process, not the
+    test worker, and fails the tests that use it with the engine's one line."""
+    with anyio.from_thread.start_blocking_portal() as portal:
+        try:
+            with portal.wrap_async_context_manager(running_engine(spec)) as engine:
+                yield engine
+        except EngineDied as exc:
+            pytest.fail(str(exc), pytrace=False)
+        if engine.death is not None:
+            pytest.fail(f"{engine.death} (during the tests that used it)", pytrace=False)
+
+
 @pytest.fixture(scope="session")
-def reference_model() -> ReferenceModel:
-    """SmolLM2-135M-Instruct on CPU through llama.cpp (loads in well under a second)."""
+def engine_url() -> Iterator[str]:
+    """SmolLM2-135M-Instruct on CPU through llama.cpp, in a child process (``/v1`` routes)."""
+    with engine_in_child(EngineSpec(n_ctx=4096, served_name=SERVED)) as engine:
+        yield engine.url
+
+
+@pytest.fixture(scope="session")
+def raw_engine_url() -> Iterator[str]:
+    spec = EngineSpec(n_ctx=4096, served_name=SERVED, raw_logprobs=True)
+    with engine_in_child(spec) as engine:
+        yield engine.url
+
+
+@pytest.fixture(scope="session")
+def reference_model(engine_url: str) -> ReferenceModel:
+    """The same model in this process, for tests of the model's own methods (loads in well
+    under a second). It asks for ``engine_url`` first: that child has loaded the same library
+    and decoded a token, so a build that crashes on this CPU fails here with the engine's one
+    line instead of taking the test worker down."""
     return ReferenceModel(n_ctx=4096)
-
-
-@pytest.fixture(scope="session")
-def engine_url(reference_model: ReferenceModel) -> Iterator[str]:
-    with serve_in_thread(create_engine_app(reference_model, served_name=SERVED)) as url:
-        yield url
-
-
-@pytest.fixture(scope="session")
-def raw_engine_url(reference_model: ReferenceModel) -> Iterator[str]:
-    app = create_engine_app(reference_model, served_name=SERVED, raw_logprobs=True)
-    with serve_in_thread(app) as url:
-        yield url
 
 
 @pytest.fixture(scope="session")

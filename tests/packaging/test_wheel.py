@@ -123,6 +123,16 @@ def test_sdist_builds_from_the_sources_it_carries(dist: dict[str, Path]) -> None
 def test_installed_wheel_runs_the_demo_outside_the_clone(installed: Path, tmp_path: Path) -> None:
     where = python_prints(installed, "import rollwire; print(rollwire.__file__)", cwd=tmp_path)
     assert where.startswith(str(installed)), where
+    # the environment's llama.cpp is the portable build (pyproject's CMAKE_ARGS), as a pip user
+    # gets it with the README's CMAKE_ARGS: nothing beyond the declared instruction sets
+    beyond = python_prints(
+        installed,
+        "import llama_cpp; from rollwire.engine.process import beyond_portable, "
+        "library_features; print(beyond_portable(library_features("
+        "llama_cpp.llama_print_system_info().decode())))",
+        cwd=tmp_path,
+    )
+    assert beyond == "[]", beyond
     done = run(installed, "rollwire", "demo", cwd=tmp_path, timeout=600)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     assert "parity PASS" in done.stdout, done.stdout[-3000:]

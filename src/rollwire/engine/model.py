@@ -540,13 +540,11 @@ class ReferenceModel(EngineModel):
         self._llm.eval([token])
 
 
-def load_model(
-    path: Path | str | None = None, *, n_ctx: int = 8192, n_threads: int | None = None
-) -> EngineModel:
-    """The model at ``path``: a Hugging Face folder (it has ``config.json``) on torch, a ``.gguf``
-    file through llama.cpp, or (None) the embedded GGUF. A bad path is an error naming it."""
+def model_kind(path: Path | str | None) -> str:
+    """``"gguf"`` (llama.cpp; None is the embedded GGUF) or ``"hf"`` (a Hugging Face folder on
+    torch), from the path alone, before anything loads. A bad path is an error naming it."""
     if path is None:
-        return ReferenceModel(None, n_ctx=n_ctx, n_threads=n_threads)
+        return "gguf"
     path = Path(path).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
@@ -554,13 +552,25 @@ def load_model(
                 f"{path} is a folder without config.json: not a Hugging Face model folder "
                 "(write one with `rollwire convert --out DIR`)"
             )
-        from rollwire.engine.hf import HFModel
-
-        return HFModel(path, n_ctx=n_ctx, n_threads=n_threads)
+        return "hf"
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file or folder")
     if path.suffix.lower() != ".gguf":
         raise FileNotFoundError(
             f"{path} is neither a .gguf file nor a Hugging Face folder (one with config.json)"
         )
-    return ReferenceModel(path, n_ctx=n_ctx, n_threads=n_threads)
+    return "gguf"
+
+
+def load_model(
+    path: Path | str | None = None, *, n_ctx: int = 8192, n_threads: int | None = None
+) -> EngineModel:
+    """The model at ``path``: a Hugging Face folder (it has ``config.json``) on torch, a ``.gguf``
+    file through llama.cpp, or (None) the embedded GGUF. A bad path is an error naming it."""
+    if model_kind(path) == "hf":
+        from rollwire.engine.hf import HFModel
+
+        return HFModel(Path(path).expanduser(), n_ctx=n_ctx, n_threads=n_threads)  # type: ignore[arg-type]
+    return ReferenceModel(
+        None if path is None else Path(path).expanduser(), n_ctx=n_ctx, n_threads=n_threads
+    )

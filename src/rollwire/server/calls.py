@@ -10,6 +10,7 @@ torn line and concurrent calls do not interleave.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from datetime import UTC, datetime
@@ -18,8 +19,10 @@ from typing import Any
 
 import orjson
 from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
 
+from rollwire.engine.process import EngineDied, EngineProcess
 from rollwire.server.surface import CompactMCPServer
 
 
@@ -65,16 +68,30 @@ def _error_text(result: Any) -> str | None:
 
 
 class LoggedMCPServer(CompactMCPServer):
-    """A :class:`CompactMCPServer` that writes each tool call to ``call_log`` (when set)."""
+    """A :class:`CompactMCPServer` that writes each tool call to ``call_log`` (when set), and
+    answers a call in flight when its embedded ``engine`` (when set) dies with a tool error
+    that says so (the server itself goes on serving)."""
 
     call_log: CallLog | None = None
+    engine: EngineProcess | None = None
+
+    async def _call(self, name: str, arguments: dict[str, Any], context: Context | None) -> Any:
+        engine = self.engine
+        if engine is None:
+            return await super().call_tool(name, arguments, context)
+        try:
+            return await engine.guarded(
+                functools.partial(super().call_tool, name, arguments, context)
+            )
+        except EngineDied as exc:
+            raise ToolError(f"{name}: {exc}") from None
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context | None = None
     ) -> Any:
         log = self.call_log
         if log is None:
-            return await super().call_tool(name, arguments, context)
+            return await self._call(name, arguments, context)
         started = time.monotonic()
         entry: dict[str, Any] = {
             "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
@@ -84,7 +101,7 @@ class LoggedMCPServer(CompactMCPServer):
             "progress": _asked_progress(context),
         }
         try:
-            result = await super().call_tool(name, arguments, context)
+            result = await self._call(name, arguments, context)
         except BaseException as exc:
             entry.update(ok=False, error=f"{type(exc).__name__}: {exc}", elapsed_s=_since(started))
             log.write(entry)

@@ -110,12 +110,6 @@ def _open(host: str, port: int) -> socket.socket:
         raise SystemExit(f"rollwire: {exc}") from None
 
 
-async def _serve_engine(app: object, host: str, port: int, banner: str) -> None:
-    sock = _open(host, port)
-    async with serving(app, sock, stop_on_exit=False):
-        _say(banner.format(url=url_of(sock)))
-
-
 def _cmd_proxy(args: argparse.Namespace) -> int:
     """run the capture proxy in front of an OpenAI-spec endpoint
 
@@ -166,22 +160,12 @@ def _cmd_engine(args: argparse.Namespace) -> int:
     For development, tests and demos; in production point --llm-url at vLLM or SGLang. Needs the
     engine extra (a Hugging Face folder: the train extra).
     """
+    from rollwire.engine.model import model_kind
+    from rollwire.engine.process import EngineSpec
+
     try:
-        from rollwire.engine.model import load_model
-        from rollwire.engine.server import create_engine_app
-    except ImportError as exc:
-        _say(
-            f"rollwire engine: the engine extra is not installed ({exc}); {install_hint('engine')}"
-        )
-        return 2
-    try:
-        model = load_model(args.model_path, n_ctx=args.max_model_len, n_threads=args.threads)
-    except ImportError as exc:
-        # a Hugging Face folder's error names the train extra; a GGUF needs llama-cpp-python
-        hint = "" if "rollwire[" in str(exc) else " (install the engine extra: rollwire[engine])"
-        _say(f"rollwire engine: {exc}{hint}")
-        return 2
-    except (FileNotFoundError, ValueError) as exc:
+        model_kind(args.model_path)  # a bad path is named here, before a process starts
+    except FileNotFoundError as exc:
         _say(f"rollwire engine: {exc}")
         return 2
     raw = args.logprobs_mode == "raw_logprobs"
@@ -191,28 +175,69 @@ def _cmd_engine(args: argparse.Namespace) -> int:
         if not root.is_dir():
             _say(f"rollwire engine: --weights-root {root} is not a folder")
             return 2
-    app = create_engine_app(
-        model,
+    spec = EngineSpec(
+        model_path=args.model_path,
+        n_ctx=args.max_model_len,
+        n_threads=args.threads,
         served_name=args.served_model_name,
         raw_logprobs=raw,
         admin_key=admin_key,
-        weights_roots=roots,
+        weights_roots=tuple(str(r) for r in roots),
+        verbose=(getattr(args, "verbose", 0) or 0) > 0,
     )
+    return run_server(_supervise_engine, args, spec)
+
+
+async def _supervise_engine(args: argparse.Namespace, spec: Any) -> int:
+    """``rollwire engine``: the engine serves in a child process (a native crash ends it, and
+    this process says so in one line, exit code 1); SIGINT and SIGTERM stop both."""
+    from rollwire.engine.process import engine_death, running_engine
+
+    try:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with running_engine(spec, host=args.host, port=args.port) as engine:
+                _say(_engine_banner(args, spec, engine))
+                async with anyio.create_task_group() as tg:
+
+                    async def on_signal() -> None:
+                        async for _ in signals:
+                            break
+                        tg.cancel_scope.cancel()
+
+                    tg.start_soon(on_signal)
+                    await engine.died.wait()
+                    tg.cancel_scope.cancel()
+                if engine.death is not None:
+                    raise engine.death
+    except BindError as exc:
+        _say(f"rollwire engine: {exc}")
+        return 2
+    except BaseException as exc:
+        death = engine_death(exc)
+        if death is None:
+            raise
+        if not death.refused:  # a refusal said why in its own line already
+            _say(str(death))
+        return death.exit_code
+    return 0
+
+
+def _engine_banner(args: argparse.Namespace, spec: Any, engine: Any) -> str:
+    info = engine.info
     sync = (
         "off (no --admin-key)"
-        if admin_key is None
+        if spec.admin_key is None
         else "on (--admin-key)"
-        + (f", checkpoints from {', '.join(map(str, roots))}" if roots else "")
+        + (f", checkpoints from {', '.join(spec.weights_roots)}" if spec.weights_roots else "")
     )
-    if admin_key is not None and not model.supports_weight_updates:
-        sync = f"off ({model.backend} serves fixed weights)"
-    banner = (
-        f"rollwire engine (dev/test/demo, CPU; production: vLLM or SGLang) serving {args.served_model_name} "
-        f"from {model.path} on {model.backend}, logprobs {args.logprobs_mode}, weight sync {sync}, on {{url}}\n"
-        "  next: rollwire validate --llm-url {url}/v1"
+    if spec.admin_key is not None and not info.get("supports_weight_updates"):
+        sync = f"off ({engine.backend} serves fixed weights)"
+    return (
+        f"rollwire engine (dev/test/demo, CPU; production: vLLM or SGLang) serving "
+        f"{spec.served_name} from {info.get('path')} on {engine.backend} (pid {engine.pid}), "
+        f"logprobs {args.logprobs_mode}, weight sync {sync}, on {engine.url}\n"
+        f"  next: rollwire validate --llm-url {engine.url}/v1"
     )
-    run_server(_serve_engine, app, args.host, args.port, banner)
-    return 0
 
 
 def _cmd_convert(args: argparse.Namespace) -> int:
@@ -571,7 +596,9 @@ def _cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
-def _server_state(args: argparse.Namespace, admin_key: str | None = None) -> Any:
+def _server_state(
+    args: argparse.Namespace, admin_key: str | None = None, engine: Any = None
+) -> Any:
     from rollwire.server.mcp_app import ServerState
     from rollwire.tools.endpoint import EndpointPool
     from rollwire.tools.rollouts import LLMSpec
@@ -586,15 +613,52 @@ def _server_state(args: argparse.Namespace, admin_key: str | None = None) -> Any
         dataset_roots=tuple(Path(p) for p in args.dataset_root or ()),
         ray_address=args.ray,
         call_log=Path(args.call_log) if args.call_log else None,
+        engine=engine,
     )
 
 
+async def _with_embedded_engine(
+    args: argparse.Namespace, deaths: list[str], serve: Any, *serve_args: Any
+) -> int:
+    """``serve``: run ``serve(*serve_args, engine)``; with --embedded-engine the reference engine
+    runs in a child process for it (its URL the default --llm-url). The engine's death is one
+    line on stderr (kept in ``deaths``) while the server goes on serving, and exit code 1 once
+    it stops."""
+    if not args.embedded_engine:
+        await serve(*serve_args, None)
+        return 0
+    from rollwire.engine.process import EngineSpec, engine_death, running_engine
+
+    try:
+        async with running_engine(EngineSpec()) as engine:
+            args.llm_url = f"{engine.url}/v1"
+            _say(f"rollwire serve: embedded engine (llama.cpp, pid {engine.pid}) on {args.llm_url}")
+            async with anyio.create_task_group() as tg:
+
+                async def report_death() -> None:
+                    await engine.died.wait()
+                    deaths.append(str(engine.death))
+                    _say(f"{engine.death}; the MCP server goes on serving without it")
+
+                tg.start_soon(report_death)
+                await serve(*serve_args, engine)
+                tg.cancel_scope.cancel()
+            return 1 if engine.death is not None else 0
+    except BaseException as exc:
+        death = engine_death(exc)
+        if death is None:
+            raise
+        if not death.refused:
+            _say(str(death))
+        return death.exit_code
+
+
 async def _serve_mcp_http(
-    args: argparse.Namespace, token: str | None, admin_key: str | None
+    args: argparse.Namespace, token: str | None, admin_key: str | None, engine: Any = None
 ) -> None:
     from rollwire.server.mcp_app import build_server, http_app
 
-    state = _server_state(args, admin_key)
+    state = _server_state(args, admin_key, engine)
     app = http_app(
         build_server(state), host=args.host, token=token, loopback=_is_loopback(args.host)
     )
@@ -621,20 +685,48 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     /capture/v1 and /health. --llm-url is the engine rollouts use when a call names none. Logs go to
     stderr.
     """
+    if args.embedded_engine and args.llm_url:
+        _say(
+            "rollwire serve: --embedded-engine and --llm-url both name the default engine; give one"
+        )
+        return 2
     if args.stdio:
         from rollwire.server.mcp_app import serve_stdio
 
-        run_server(serve_stdio, _server_state(args))
-        return 0
+        async def stdio(engine: Any) -> None:
+            await serve_stdio(_server_state(args, engine=engine))
+
+        return _serve_until_stopped(args, stdio)
     token, admin_key, notes = http_secrets(args.host, args.token, args.admin_key)
-    if admin_key is None and args.llm_url:
+    if admin_key is None and (args.llm_url or args.embedded_engine):
         # /capture/sessions always takes a key: one the operator is told, not one nobody knows.
         admin_key = secrets.token_urlsafe(32)
         notes.append(f"generated capture control-plane admin key: {admin_key}")
     for note in notes:
         _say(f"rollwire serve: {note}")
-    run_server(_serve_mcp_http, args, token, admin_key)
-    return 0
+    return _serve_until_stopped(args, _serve_mcp_http, args, token, admin_key)
+
+
+def _serve_until_stopped(args: argparse.Namespace, serve: Any, *serve_args: Any) -> int:
+    """Serve until stopped; after an embedded engine's death the exit code is 1, whether the
+    server ended by itself, by Ctrl-C or by SIGTERM (which uvicorn raises again once it has
+    shut down: a handler of ours then turns it into the 1)."""
+    deaths: list[str] = []
+    if args.embedded_engine:
+
+        def on_sigterm(signum: int, frame: Any) -> None:
+            if deaths:
+                raise KeyboardInterrupt
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.raise_signal(signal.SIGTERM)
+
+        signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        return int(run_server(_with_embedded_engine, args, deaths, serve, *serve_args))
+    except BaseException as exc:
+        if deaths and _interrupted(exc):
+            return 1
+        raise
 
 
 def http_secrets(
@@ -760,6 +852,7 @@ def build_parser() -> argparse.ArgumentParser:
         o.MCP_TOKEN,
         o.MCP_ADMIN_KEY,
         o.endpoint(o.LLM_URL),
+        o.EMBEDDED_ENGINE,
         o.DATA_DIR,
         o.DATASET_ROOT,
         o.SERVE_RAY,

@@ -17,6 +17,7 @@ extraction) and the reward printed is the verifier's, 0.0 or 1.0, never None.
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 from typing import Any
@@ -54,53 +55,81 @@ async def run_demo(
     """Run the demo; 0 when the rollout is usable, trainable and parity passes, else 1.
     With ``http`` the MCP server and its web UI stay up on ``port`` (0: any free port) after
     the run, until the process is interrupted (the verdict is appended to ``outcome`` first)."""
-    from rollwire.engine.model import DEFAULT_SERVED_NAME, ReferenceModel
-    from rollwire.engine.server import create_engine_app
+    from rollwire.engine.model import DEFAULT_SERVED_NAME
+    from rollwire.engine.process import EngineSpec, engine_death, running_engine
     from rollwire.server.mcp_app import ServerState, build_server, http_app
 
-    app = create_engine_app(ReferenceModel(n_ctx=4096), served_name=DEFAULT_SERVED_NAME)
-    sock = bind("127.0.0.1", 0)
-    url = f"{url_of(sock)}/v1"
-    async with serving(app, sock, stop_on_exit=True):
-        _say(f"1/4 reference engine {DEFAULT_SERVED_NAME} (CPU, llama.cpp) on {url}")
-        if not http:
-            from mcp import Client
+    try:
+        async with running_engine(EngineSpec(n_ctx=4096)) as engine:
+            url = f"{engine.url}/v1"
+            _say(
+                f"1/4 reference engine {DEFAULT_SERVED_NAME} (CPU, {engine.backend}, pid "
+                f"{engine.pid}) on {url}"
+            )
+            drive = functools.partial(
+                _drive, url=url, out=out, task=task, turns=turns, max_tokens=max_tokens,
+                temperature=temperature, seed=seed, answer_mode=answer_mode,
+            )  # fmt: skip
+            if not http:
+                from mcp import Client
 
-            async with ServerState() as state, Client(build_server(state)) as mcp:
-                return await _drive(
-                    mcp, url, out, task, turns, max_tokens, temperature, seed, answer_mode
-                )
-        server_sock = bind("127.0.0.1", port)
-        root = url_of(server_sock)
-        state = ServerState()
-        # The block ends when the MCP server stops (stop_on_exit=False; uvicorn takes SIGINT and
-        # SIGTERM), not on the SIGINT uvicorn raises again afterwards: in a process started with
-        # SIGINT ignored (a `cmd &` job of a non-interactive shell) that one is lost.
-        async with serving(http_app(build_server(state)), server_sock, stop_on_exit=False):
-            from mcp import Client
+                async with ServerState() as state, Client(build_server(state)) as mcp:
+                    return await engine.guarded(functools.partial(drive, mcp))
+            return await _serve_http(
+                engine, drive, port, outcome, ServerState, build_server, http_app
+            )
+    except BaseException as exc:
+        death = engine_death(exc)
+        if death is None:
+            raise
+        if not death.refused:  # a refusal said why in its own line already
+            _say(str(death))
+        return death.exit_code
 
-            _say(f"   MCP server on {root}/mcp, web UI on {root}/ui")
+
+async def _serve_http(
+    engine: Any,
+    drive: Any,
+    port: int,
+    outcome: list[int] | None,
+    state_cls: Any,
+    build_server: Any,
+    http_app: Any,
+) -> int:
+    """``--http``: the MCP server (and its web UI) on a loopback port, driven over HTTP, kept up
+    until interrupted; the engine's death is a line and a verdict of 1, not the server's end."""
+    from rollwire.engine.process import engine_death
+
+    server_sock = bind("127.0.0.1", port)
+    root = url_of(server_sock)
+    state = state_cls(engine=engine)
+    # The block ends when the MCP server stops (stop_on_exit=False; uvicorn takes SIGINT and
+    # SIGTERM), not on the SIGINT uvicorn raises again afterwards: in a process started with
+    # SIGINT ignored (a `cmd &` job of a non-interactive shell) that one is lost.
+    async with serving(http_app(build_server(state)), server_sock, stop_on_exit=False):
+        from mcp import Client
+
+        _say(f"   MCP server on {root}/mcp, web UI on {root}/ui")
+        try:
             async with Client(f"{root}/mcp") as mcp:
-                code = await _drive(
-                    mcp,
-                    url,
-                    out,
-                    task,
-                    turns,
-                    max_tokens,
-                    temperature,
-                    seed,
-                    answer_mode,
-                    ui_root=f"{root}/ui",
-                )
-            if outcome is not None:
-                outcome.append(code)
-            _say("serving the web UI until interrupted (Ctrl-C) ...")
-        return code
+                code = await engine.guarded(functools.partial(drive, mcp, ui_root=f"{root}/ui"))
+        except BaseException as exc:
+            death = engine_death(exc)
+            if death is None:
+                raise
+            _say(str(death))
+            code = 1
+        if outcome is not None:
+            outcome.append(code)
+        _say("serving the web UI until interrupted (Ctrl-C) ...")
+    if engine.death is not None and outcome is not None:
+        outcome[:] = [1]
+    return code
 
 
 async def _drive(
     mcp: Any,
+    *,
     url: str,
     out: Path,
     task: str,

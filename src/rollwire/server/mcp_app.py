@@ -43,6 +43,7 @@ from rollwire.collect.evaluation import refuse_unnamed_rewards
 from rollwire.datasets.evals import Scoring
 from rollwire.datasets.hub import PushResult
 from rollwire.datasets.store import CollectionError
+from rollwire.engine.process import EngineProcess
 from rollwire.roots import OutsideRoots, Roots
 from rollwire.server import arguments as a
 from rollwire.server.arguments import takes
@@ -136,6 +137,9 @@ class ServerState:
     ray_address: str | None = None  # collect_episodes runs on this Ray cluster's nodes
     call_log: Path | None = None  # every tools/call, one JSON line each (serve --call-log)
     collecting: dict[Path, Collecting] = field(default_factory=dict)  # background collections
+    # The embedded engine in its child process (serve --embedded-engine, demo --http): its death
+    # ends a tool call in flight with a tool error; the server goes on serving.
+    engine: EngineProcess | None = None
     _stack: contextlib.AsyncExitStack | None = None
 
     @property
@@ -251,6 +255,7 @@ def build_server(state: ServerState | None = None) -> MCPServer:
     mcp.state = state  # type: ignore[attr-defined]
     if state.call_log is not None:
         mcp.call_log = CallLog(state.call_log)
+    mcp.engine = state.engine
 
     @mcp.tool()
     @takes(a.SOURCE, a.OFFSET, a.LIMIT, a.QUERY)

@@ -277,6 +277,14 @@ SERVE_RAY = option(
     help="collect_episodes runs its episodes on this Ray cluster's nodes (the head's "
     "HOST:PORT); this server writes the collections. Needs the ray extra",
 )
+EMBEDDED_ENGINE = option(
+    "--embedded-engine",
+    action="store_true",
+    help="start the reference engine (SmolLM2-135M on CPU, as `rollwire engine`) in a child "
+    "process and make it the default --llm-url; if it crashes the server says so in one line "
+    "and goes on serving (a tool call waiting on it ends in a tool error), and exits 1 when "
+    "stopped",
+)
 CALL_LOG = option(
     "--call-log",
     metavar="FILE",
