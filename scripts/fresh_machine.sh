@@ -62,8 +62,11 @@ while IFS= read -r line; do
   start=$(date +%s)
   echo "\$ $line   [$(date -u +%H:%M:%S) UTC]"
   set +e
-  bash -c "$line" </dev/null
-  rc=$?
+  # every line it prints stamped with the seconds since the line began (where the time goes)
+  bash -c "$line" </dev/null 2>&1 | while IFS= read -r out; do
+    printf '[+%4ds] %s\n' "$(( $(date +%s) - start ))" "$out"
+  done
+  rc=${PIPESTATUS[0]}
   set -e
   size=$( [ -d .venv ] && du -sm .venv | cut -f1 || echo 0 )
   echo "[exit $rc after $(( $(date +%s) - start )) s; .venv ${size} MiB]"
