@@ -14,7 +14,16 @@ the ratio of the medians. Each timed run records the CPU that *other* processes 
 (``/proc/stat`` minus this process), since on a shared machine that, not rollwire, sets the spread.
 Target: >= 0.9 of bare over HTTP. ``--model DIR`` measures a Hugging Face folder on torch instead.
 
+``--against-lib DIR`` compares builds instead: the installed llama.cpp (portable,
+``GGML_NATIVE=OFF``: pyproject.toml) against another build of the same version whose libraries
+are in DIR (e.g. a ``GGML_NATIVE=ON`` build, loaded through llama-cpp-python's
+``LLAMA_CPP_LIB_PATH``). Each round starts one fresh process per build, in rotating order, and
+each process times the bare completion and the engine in-process once after a warm-up; the
+ratio is other build / portable, paired per round. What each library reports it was built with
+(``llama_print_system_info``) is printed beside it.
+
     uv run python bench/engine_speed.py [--tokens 100] [--repeats 7] [--threads N] [--model PATH]
+    uv run python bench/engine_speed.py --against-lib DIR [--repeats 7] [--threads N]
 """
 
 from __future__ import annotations
@@ -87,13 +96,92 @@ def engine_generate(model: EngineModel, prompt: list[int], n: int, top: int) -> 
     assert len(gen.steps) == n
 
 
+def one_build(args: argparse.Namespace) -> None:
+    """One process of ``--against-lib``: warm up, then time the bare completion and the engine
+    in-process once each; print the tok/s and the library's own report as one JSON line."""
+    import llama_cpp
+
+    model = load_model(None, n_ctx=4096, n_threads=args.threads)
+    prompt = model.tokenize(model.render(PROMPT))
+    n = args.tokens
+    bare_completion(model, prompt, n)
+    engine_generate(model, prompt, n, 1)
+    bare_s, _, bare_busy = timed(lambda: bare_completion(model, prompt, n))
+    engine_s, _, engine_busy = timed(lambda: engine_generate(model, prompt, n, 1))
+    record = {
+        "system_info": llama_cpp.llama_print_system_info().decode().strip(),
+        "lib_path": os.environ.get("LLAMA_CPP_LIB_PATH") or str(Path(llama_cpp.__file__).parent),
+        BARE: n / bare_s,
+        IN_PROCESS: n / engine_s,
+        "foreign_cores": max(bare_busy, engine_busy),
+    }
+    print(json.dumps(record), flush=True)
+
+
+def against_lib(args: argparse.Namespace) -> None:
+    """``--against-lib DIR``: the installed (portable) build against the build in DIR."""
+    import subprocess
+
+    other = str(Path(args.against_lib).resolve())
+    builds = {"portable (installed)": None, f"other ({other})": other}
+    rows: dict[str, list[dict[str, object]]] = {name: [] for name in builds}
+    names = list(builds)
+    for r in range(args.repeats):
+        for name in names[r % 2 :] + names[: r % 2]:
+            env = {k: v for k, v in os.environ.items() if k != "LLAMA_CPP_LIB_PATH"}
+            if builds[name] is not None:
+                env["LLAMA_CPP_LIB_PATH"] = builds[name]  # type: ignore[assignment]
+            cmd = [sys.executable, __file__, "--one-build", "--tokens", str(args.tokens)]
+            if args.threads:
+                cmd += ["--threads", str(args.threads)]
+            done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+            if done.returncode != 0:
+                raise SystemExit(f"{name}: exit {done.returncode}\n{done.stderr[-2000:]}")
+            rows[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    portable, native = names
+    print(
+        f"\n{args.tokens}-token completion, {args.repeats} rounds (a fresh process per build "
+        "per round, order rotating), load average "
+        f"{os.getloadavg()[0]:.2f} at the end\n"
+    )
+    for name in names:
+        print(f"- {name}: {rows[name][0]['system_info']}")
+    print(
+        "\n| path | portable tok/s (median) | other tok/s (median) | other / portable "
+        "(median of paired rounds) | other processes' CPU (cores, max) |"
+    )
+    print("|---|---:|---:|---:|---:|")
+    record: dict[str, object] = {"tokens": args.tokens, "repeats": args.repeats, "rows": rows}
+    for path in (BARE, IN_PROCESS):
+        p = [float(x[path]) for x in rows[portable]]  # type: ignore[arg-type]
+        o = [float(x[path]) for x in rows[native]]  # type: ignore[arg-type]
+        paired = statistics.median(b / a for a, b in zip(p, o, strict=True))
+        busy = max(float(x["foreign_cores"]) for x in rows[portable] + rows[native])  # type: ignore[arg-type]
+        record[f"ratio {path}"] = paired
+        print(
+            f"| {path} | {statistics.median(p):.1f} | {statistics.median(o):.1f} "
+            f"| {paired:.3f} | {busy:.2f} |"
+        )
+    out = Path(__file__).parent / "results" / "engine_builds.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(record, indent=2))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tokens", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, help="backend threads (default: all CPUs)")
     parser.add_argument("--model", help="a .gguf or a Hugging Face folder (default: embedded)")
+    parser.add_argument(
+        "--against-lib", metavar="DIR", help="compare the installed build with the one in DIR"
+    )
+    parser.add_argument("--one-build", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.one_build:
+        return one_build(args)
+    if args.against_lib:
+        return against_lib(args)
     model = load_model(args.model, n_ctx=4096, n_threads=args.threads)
     threads = getattr(getattr(model, "_llm", None), "n_threads", None) or args.threads
     prompt = model.tokenize(model.render(PROMPT))
