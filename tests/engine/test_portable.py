@@ -142,3 +142,21 @@ def test_engine_on_a_cpu_without_avx2_says_so_in_one_line_before_loading(tmp_pat
     assert done.returncode == REFUSED, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "needs a CPU with AVX2" in lines[0], done.stderr
+
+
+def test_demo_on_a_cpu_without_avx2_says_so_in_one_line_before_loading(tmp_path: Path) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {HASWELL_FLAGS.replace(' avx2', '')}\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "rollwire", "demo", "--out", str(tmp_path / "rollout.json")],
+        env={**os.environ, CPUINFO_ENV: str(cpuinfo)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == REFUSED, done.stderr
+    lines = [line for line in done.stderr.splitlines() if "AVX2" in line]
+    assert len(lines) == 1 and "needs a CPU with AVX2" in lines[0], done.stderr
+    assert "2/4" not in done.stderr  # it never reached the MCP steps
+    assert not (tmp_path / "rollout.json").exists()
