@@ -40,6 +40,16 @@ def _crash_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if CRASH_LINE.match(line)]
 
 
+def _one_crash_line(proc: subprocess.Popen[str], code: int, seen: list[str]) -> str:
+    """The process exited 1 and said exactly one crash line (returned); ``seen`` is what was
+    read of its stderr before."""
+    stderr = "".join(seen) + proc.stderr.read()  # type: ignore[union-attr]
+    assert code == 1, stderr
+    crash = _crash_lines(stderr)
+    assert len(crash) == 1, stderr
+    return crash[0]
+
+
 def _spawn(*args: str, fault: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "rollwire", *args],
@@ -98,10 +108,7 @@ def test_engine_command_reports_a_crash_in_one_line_and_exits_1() -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
-    stderr = "".join(seen) + proc.stderr.read()
-    assert code == 1, stderr
-    crash = _crash_lines(stderr)
-    assert len(crash) == 1, stderr
+    _one_crash_line(proc, code, seen)
 
 
 @pytest.mark.anyio
@@ -131,8 +138,5 @@ async def test_serve_answers_the_call_in_flight_with_a_tool_error_and_keeps_serv
     finally:
         if proc.poll() is None:
             proc.kill()
-    stderr = "".join(seen) + proc.stderr.read()
-    assert code == 1, stderr
-    crash = _crash_lines(stderr)
-    assert len(crash) == 1, stderr
-    assert "goes on serving" in crash[0]
+    crash = _one_crash_line(proc, code, seen)
+    assert "goes on serving" in crash

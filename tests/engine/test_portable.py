@@ -126,35 +126,31 @@ def test_every_cpu_flag_llama_cpp_reports_is_mapped() -> None:
         assert feature in CPU_FLAGS, feature
 
 
-def test_engine_on_a_cpu_without_avx2_says_so_in_one_line_before_loading(tmp_path: Path) -> None:
-    """`rollwire engine` on a CPU whose flags lack AVX2 (a copy of /proc/cpuinfo without it):
-    one line, exit code 2, and the model never loads."""
+def _without_avx2(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``rollwire ARGS`` on a CPU whose flags lack AVX2 (a copy of /proc/cpuinfo without it)."""
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {HASWELL_FLAGS.replace(' avx2', '')}\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "rollwire", "engine", "--port", "0"],
+    return subprocess.run(
+        [sys.executable, "-m", "rollwire", *args],
         env={**os.environ, CPUINFO_ENV: str(cpuinfo)},
         capture_output=True,
         text=True,
         timeout=120,
         stdin=subprocess.DEVNULL,
     )
+
+
+def test_engine_on_a_cpu_without_avx2_says_so_in_one_line_before_loading(tmp_path: Path) -> None:
+    """`rollwire engine` on a CPU whose flags lack AVX2 (a copy of /proc/cpuinfo without it):
+    one line, exit code 2, and the model never loads."""
+    done = _without_avx2(tmp_path, "engine", "--port", "0")
     assert done.returncode == REFUSED, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "needs a CPU with AVX2" in lines[0], done.stderr
 
 
 def test_demo_on_a_cpu_without_avx2_says_so_in_one_line_before_loading(tmp_path: Path) -> None:
-    cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {HASWELL_FLAGS.replace(' avx2', '')}\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "rollwire", "demo", "--out", str(tmp_path / "rollout.json")],
-        env={**os.environ, CPUINFO_ENV: str(cpuinfo)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-    )
+    done = _without_avx2(tmp_path, "demo", "--out", str(tmp_path / "rollout.json"))
     assert done.returncode == REFUSED, done.stderr
     lines = [line for line in done.stderr.splitlines() if "AVX2" in line]
     assert len(lines) == 1 and "needs a CPU with AVX2" in lines[0], done.stderr

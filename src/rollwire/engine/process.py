@@ -227,6 +227,18 @@ def engine_death(exc: BaseException) -> EngineDied | None:
     return None
 
 
+def exit_for_death(exc: BaseException, say: Callable[[str], None]) -> int:
+    """For a command whose block ``exc`` ended: an engine's death is said in its one line (a
+    refusal said why in its own line already) and its exit code returned; anything else is
+    raised again."""
+    death = engine_death(exc)
+    if death is None:
+        raise exc
+    if not death.refused:
+        say(str(death))
+    return death.exit_code
+
+
 class EngineDied(Exception):
     """The engine process ended on its own. ``str()`` is the one line to print; ``exit_code`` is
     what a command that owned it exits with (2: it refused to start and said why in its own

@@ -191,7 +191,7 @@ def _cmd_engine(args: argparse.Namespace) -> int:
 async def _supervise_engine(args: argparse.Namespace, spec: Any) -> int:
     """``rollwire engine``: the engine serves in a child process (a native crash ends it, and
     this process says so in one line, exit code 1); SIGINT and SIGTERM stop both."""
-    from rollwire.engine.process import engine_death, running_engine
+    from rollwire.engine.process import exit_for_death, running_engine
 
     try:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -213,12 +213,7 @@ async def _supervise_engine(args: argparse.Namespace, spec: Any) -> int:
         _say(f"rollwire engine: {exc}")
         return 2
     except BaseException as exc:
-        death = engine_death(exc)
-        if death is None:
-            raise
-        if not death.refused:  # a refusal said why in its own line already
-            _say(str(death))
-        return death.exit_code
+        return exit_for_death(exc, _say)
     return 0
 
 
@@ -627,7 +622,7 @@ async def _with_embedded_engine(
     if not args.embedded_engine:
         await serve(*serve_args, None)
         return 0
-    from rollwire.engine.process import EngineSpec, engine_death, running_engine
+    from rollwire.engine.process import EngineSpec, exit_for_death, running_engine
 
     try:
         async with running_engine(EngineSpec()) as engine:
@@ -645,12 +640,7 @@ async def _with_embedded_engine(
                 tg.cancel_scope.cancel()
             return 1 if engine.death is not None else 0
     except BaseException as exc:
-        death = engine_death(exc)
-        if death is None:
-            raise
-        if not death.refused:
-            _say(str(death))
-        return death.exit_code
+        return exit_for_death(exc, _say)
 
 
 async def _serve_mcp_http(

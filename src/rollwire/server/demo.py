@@ -56,7 +56,7 @@ async def run_demo(
     With ``http`` the MCP server and its web UI stay up on ``port`` (0: any free port) after
     the run, until the process is interrupted (the verdict is appended to ``outcome`` first)."""
     from rollwire.engine.model import DEFAULT_SERVED_NAME
-    from rollwire.engine.process import EngineSpec, engine_death, running_engine
+    from rollwire.engine.process import EngineSpec, exit_for_death, running_engine
     from rollwire.server.mcp_app import ServerState, build_server, http_app
 
     try:
@@ -79,12 +79,7 @@ async def run_demo(
                 engine, drive, port, outcome, ServerState, build_server, http_app
             )
     except BaseException as exc:
-        death = engine_death(exc)
-        if death is None:
-            raise
-        if not death.refused:  # a refusal said why in its own line already
-            _say(str(death))
-        return death.exit_code
+        return exit_for_death(exc, _say)
 
 
 async def _serve_http(
@@ -98,7 +93,7 @@ async def _serve_http(
 ) -> int:
     """``--http``: the MCP server (and its web UI) on a loopback port, driven over HTTP, kept up
     until interrupted; the engine's death is a line and a verdict of 1, not the server's end."""
-    from rollwire.engine.process import engine_death
+    from rollwire.engine.process import exit_for_death
 
     server_sock = bind("127.0.0.1", port)
     root = url_of(server_sock)
@@ -114,11 +109,7 @@ async def _serve_http(
             async with Client(f"{root}/mcp") as mcp:
                 code = await engine.guarded(functools.partial(drive, mcp, ui_root=f"{root}/ui"))
         except BaseException as exc:
-            death = engine_death(exc)
-            if death is None:
-                raise
-            _say(str(death))
-            code = 1
+            code = exit_for_death(exc, _say)
         if outcome is not None:
             outcome.append(code)
         _say("serving the web UI until interrupted (Ctrl-C) ...")
